@@ -1,0 +1,90 @@
+#include "device/buffer_pool.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <string>
+#include <utility>
+
+#include "common/format.h"
+
+namespace kvfs::device {
+
+PoolBuffer::PoolBuffer(PoolBuffer&& o) noexcept
+    : pool_(std::exchange(o.pool_, nullptr)),
+      data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)) {}
+
+PoolBuffer& PoolBuffer::operator=(PoolBuffer&& o) noexcept {
+  if (this != &o) {
+    if (pool_ != nullptr) pool_->Release(data_);
+    pool_ = std::exchange(o.pool_, nullptr);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+PoolBuffer::~PoolBuffer() {
+  if (pool_ != nullptr) pool_->Release(data_);
+}
+
+Result<std::unique_ptr<BufferPool>> BufferPool::Create(size_t total_bytes, size_t slot_bytes) {
+  if (slot_bytes == 0 || slot_bytes % kBlockSize != 0) {
+    return Status::Error(EINVAL, "buffer pool: slot size " + std::to_string(slot_bytes) +
+                                     " is not a positive multiple of " +
+                                     std::to_string(kBlockSize));
+  }
+  size_t slots = total_bytes / slot_bytes;
+  if (slots == 0) slots = 1;
+  size_t bytes = slots * slot_bytes;
+  // mmap rather than malloc: page aligned, returned to the kernel on
+  // destruction, and MAP_POPULATE faults every page in now instead of on the
+  // first I/O (registration would pin them anyway).
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) {
+    return Status::Error(ENOMEM, "buffer pool: cannot map " + std::to_string(bytes) + " bytes");
+  }
+  return std::unique_ptr<BufferPool>(new BufferPool(static_cast<char*>(p), slot_bytes, slots));
+}
+
+BufferPool::BufferPool(char* region, size_t slot_bytes, size_t slots)
+    : region_(region), slot_bytes_(slot_bytes), slots_(slots) {
+  free_.reserve(slots);
+  // Reverse so that Acquire() (pop_back) hands out the lowest slot first.
+  for (size_t i = slots; i-- > 0;) free_.push_back(region_ + i * slot_bytes_);
+}
+
+BufferPool::~BufferPool() { ::munmap(region_, region_bytes()); }
+
+PoolBuffer BufferPool::Acquire() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [this] { return !free_.empty(); });
+  char* d = free_.back();
+  free_.pop_back();
+  return PoolBuffer(this, d, slot_bytes_);
+}
+
+PoolBuffer BufferPool::TryAcquire() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (free_.empty()) return PoolBuffer();
+  char* d = free_.back();
+  free_.pop_back();
+  return PoolBuffer(this, d, slot_bytes_);
+}
+
+size_t BufferPool::free_slots() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return free_.size();
+}
+
+void BufferPool::Release(char* data) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    free_.push_back(data);
+  }
+  cv_.notify_one();
+}
+
+}  // namespace kvfs::device

@@ -1,0 +1,592 @@
+#include "device/io_engine.h"
+
+#include <liburing.h>
+#include <pthread.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "common/format.h"
+
+namespace kvfs::device {
+
+namespace {
+
+// user_data of the NOP that tells a completion thread to exit. Command
+// pointers are at least 8-aligned, so they never equal it.
+constexpr uint64_t kStopTag = 1;
+// Reissues of a command that completed with -EAGAIN before it fails.
+constexpr uint8_t kMaxEagainRetries = 16;
+constexpr unsigned kMaxQueueDepth = 4096;
+constexpr size_t kMaxCommandBytes = size_t{1} << 30;
+
+const char* OpName(IoOp op) {
+  switch (op) {
+    case IoOp::kRead:
+      return "read";
+    case IoOp::kWrite:
+      return "write";
+    case IoOp::kFlush:
+      return "flush";
+  }
+  return "unknown op";
+}
+
+struct Request;
+
+// One device command: a piece of a request of at most max_command_bytes, or
+// a whole flush. Lives inside its Request; its address is the SQE user_data.
+struct Command {
+  Request* req = nullptr;
+  char* buf = nullptr;
+  uint64_t byte_off = 0;
+  uint32_t len = 0;
+  uint32_t done_bytes = 0;  // progress so far (short transfers)
+  uint32_t device = 0;
+  IoOp op = IoOp::kRead;
+  bool fixed = false;    // buf lies in the registered pool
+  bool invalid = false;  // failed validation; issued as a NOP to reach a thread
+  uint8_t eagain_retries = 0;
+};
+
+// The state of one IoRequest. Allocated by Submit(), freed by the completion
+// thread that finishes its last command, after reading first_error.
+struct Request {
+  std::function<void(Status)> done;
+  std::atomic<uint32_t> remaining{0};  // commands not yet finished
+  std::mutex mu;
+  Status first_error;  // GUARDED_BY(mu)
+  Command inline_cmd;  // most requests are one command: no second allocation
+  std::unique_ptr<Command[]> more;
+  Command* cmds = nullptr;
+
+  void RecordError(Status st) {
+    std::lock_guard<std::mutex> l(mu);
+    if (first_error.ok()) first_error = std::move(st);
+  }
+};
+
+// Identifies the engine and ring whose completion thread is running, so that
+// a Submit() from a `done` callback can stay on that thread's own ring.
+thread_local const void* tls_engine = nullptr;
+thread_local unsigned tls_ring = 0;
+// Per-thread scratch for Submit(): commands grouped by ring. Submit() never
+// runs callbacks, so it is not re-entered on one thread.
+thread_local std::vector<std::vector<Command*>> tls_batches;
+
+}  // namespace
+
+class IoEngine::Impl {
+ public:
+  struct Ring {
+    io_uring uring{};
+    bool initialized = false;
+    // Guards the submission queue and the fields below. Lock order: never
+    // held while running a callback or while taking another ring's mu.
+    std::mutex mu;
+    std::deque<Command*> pending;  // GUARDED_BY(mu): waiting for the in-flight cap
+    unsigned inflight = 0;         // GUARDED_BY(mu): commands owned by the kernel
+    unsigned max_inflight = 0;     // GUARDED_BY(mu)
+    bool submit_failed = false;    // GUARDED_BY(mu): SQEs queued, enter failed
+    // inflight + pending.size(), read without mu as a placement hint only.
+    std::atomic<unsigned> load{0};
+    std::thread thread;
+  };
+
+  Impl(std::vector<const BlockDevice*> devices, const IoEngineOptions& options)
+      : devices_(std::move(devices)), options_(options) {}
+  ~Impl();
+
+  Status Init();
+  void Submit(std::span<IoRequest> reqs);
+
+  std::vector<const BlockDevice*> devices_;
+  IoEngineOptions options_;
+  std::unique_ptr<BufferPool> pool_;
+  std::vector<std::unique_ptr<Ring>> rings_;
+  bool threads_started_ = false;
+
+  std::atomic<uint64_t> next_ring_{0};
+  // Requests whose `done` has not yet returned. The destructor waits for 0.
+  std::atomic<uint64_t> outstanding_{0};
+  std::mutex drain_mu_;
+  std::condition_variable drained_cv_;
+
+  std::atomic<uint64_t> stat_requests_{0};
+  std::atomic<uint64_t> stat_commands_{0};
+  std::atomic<uint64_t> stat_fixed_{0};
+  std::atomic<uint64_t> stat_short_{0};
+  std::atomic<uint64_t> stat_eagain_{0};
+
+ private:
+  Status Validate(const IoRequest& r) const;
+  unsigned StartRing(uint32_t ncmds);
+  void Pump(Ring& r);          // REQUIRES: r.mu held
+  void SubmitLocked(Ring& r);  // REQUIRES: r.mu held
+  void Prep(io_uring_sqe* sqe, Command* c) const;
+  void RunCompletions(unsigned ring_index);
+  // REQUIRES: the ring's mu held
+  void HandleCqe(Command* c, int res, std::vector<Command*>* retry,
+                 std::vector<Request*>* finished);
+  void Finish(Request* q);
+  Status CommandError(const Command& c, int err, const std::string& what) const;
+};
+
+Status IoEngine::Impl::Init() {
+  if (devices_.empty()) return Status::Error(EINVAL, "io engine: no devices");
+  if (options_.queue_depth == 0 || options_.queue_depth > kMaxQueueDepth) {
+    return Status::Error(EINVAL, "io engine: queue_depth " + std::to_string(options_.queue_depth) +
+                                     " outside 1.." + std::to_string(kMaxQueueDepth));
+  }
+  if (options_.max_command_bytes == 0 || options_.max_command_bytes % kBlockSize != 0 ||
+      options_.max_command_bytes > kMaxCommandBytes) {
+    return Status::Error(EINVAL, "io engine: max_command_bytes " +
+                                     std::to_string(options_.max_command_bytes) +
+                                     " must be a multiple of 4096 up to 1 GiB");
+  }
+  if (options_.rings == 0) {
+    unsigned cores = std::thread::hardware_concurrency();
+    options_.rings = std::min(std::max(cores, 2u), 8u);
+  }
+  if (options_.staging_pool_bytes > 0) {
+    auto pool = BufferPool::Create(options_.staging_pool_bytes, options_.staging_slot_bytes);
+    if (!pool.ok()) return pool.status().Annotate("io engine");
+    pool_ = std::move(pool).value();
+  }
+
+  std::vector<int> fds;
+  for (const BlockDevice* d : devices_) fds.push_back(d->fd());
+  // The SQ holds every command the cap allows in flight; the CQ (twice the
+  // SQ) therefore cannot overflow.
+  unsigned entries = 8;
+  while (entries < options_.queue_depth) entries <<= 1;
+
+  for (unsigned i = 0; i < options_.rings; ++i) {
+    auto ring = std::make_unique<Ring>();
+    io_uring_params params{};
+    // SUBMIT_ALL: one bad SQE must not stop the rest of a batch from being
+    // issued; its error arrives as a CQE like any other.
+    params.flags = IORING_SETUP_SUBMIT_ALL;
+    int ret = io_uring_queue_init_params(entries, &ring->uring, &params);
+    if (ret == -EINVAL) {  // kernel older than 5.18
+      params = io_uring_params{};
+      ret = io_uring_queue_init_params(entries, &ring->uring, &params);
+    }
+    if (ret < 0) {
+      return Status::Error(-ret, "io engine: io_uring_queue_init (" + std::to_string(entries) +
+                                     " entries) for ring " + std::to_string(i));
+    }
+    ring->initialized = true;
+    rings_.push_back(std::move(ring));
+    io_uring* u = &rings_.back()->uring;
+    // Registered files spare the kernel an fget/fput per command.
+    ret = io_uring_register_files(u, fds.data(), static_cast<unsigned>(fds.size()));
+    if (ret < 0) {
+      return Status::Error(-ret, "io engine: io_uring_register_files on ring " + std::to_string(i));
+    }
+    if (pool_) {
+      // One iovec covering the whole pool: buf_index is always 0.
+      iovec iov{pool_->region(), pool_->region_bytes()};
+      ret = io_uring_register_buffers(u, &iov, 1);
+      if (ret < 0) {
+        return Status::Error(-ret, "io engine: io_uring_register_buffers (" +
+                                       std::to_string(pool_->region_bytes()) +
+                                       " bytes; RLIMIT_MEMLOCK?) on ring " + std::to_string(i));
+      }
+    }
+  }
+  for (unsigned i = 0; i < rings_.size(); ++i) {
+    rings_[i]->thread = std::thread([this, i] { RunCompletions(i); });
+  }
+  threads_started_ = true;
+  return Status::OK();
+}
+
+IoEngine::Impl::~Impl() {
+  if (threads_started_) {
+    {
+      std::unique_lock<std::mutex> l(drain_mu_);
+      drained_cv_.wait(l, [this] { return outstanding_.load(std::memory_order_acquire) == 0; });
+    }
+    // Nothing is queued or in flight now; a NOP with kStopTag ends each
+    // completion thread without polling.
+    for (auto& r : rings_) {
+      std::lock_guard<std::mutex> l(r->mu);
+      io_uring_sqe* sqe = io_uring_get_sqe(&r->uring);
+      if (sqe == nullptr) {
+        SubmitLocked(*r);
+        sqe = io_uring_get_sqe(&r->uring);
+      }
+      if (sqe == nullptr) {
+        std::fprintf(stderr, "kvfs io engine: no SQE for the stop NOP\n");
+        std::abort();
+      }
+      io_uring_prep_nop(sqe);
+      io_uring_sqe_set_data64(sqe, kStopTag);
+      SubmitLocked(*r);
+    }
+    for (auto& r : rings_) r->thread.join();
+  }
+  // queue_exit unregisters the buffers, so the pool may go after it.
+  for (auto& r : rings_) {
+    if (r->initialized) io_uring_queue_exit(&r->uring);
+  }
+  rings_.clear();
+  pool_.reset();
+}
+
+Status IoEngine::Impl::Validate(const IoRequest& r) const {
+  if (r.device >= devices_.size()) {
+    return Status::Error(EINVAL, std::string(OpName(r.op)) + " names device " +
+                                     std::to_string(r.device) + " but the engine has " +
+                                     std::to_string(devices_.size()));
+  }
+  const BlockDevice& d = *devices_[r.device];
+  switch (r.op) {
+    case IoOp::kFlush:
+      return Status::OK();
+    case IoOp::kRead:
+    case IoOp::kWrite:
+      break;
+    default:
+      return Status::Error(EINVAL, d.path() + ": unknown I/O op " +
+                                       std::to_string(static_cast<int>(r.op)));
+  }
+  if (r.len == 0 || r.len % kBlockSize != 0 || r.byte_off % kBlockSize != 0 ||
+      r.buf == nullptr || reinterpret_cast<uintptr_t>(r.buf) % kBlockSize != 0) {
+    char b[160];
+    std::snprintf(b, sizeof(b), ": unaligned or empty %s (byte_off %llu, len %zu, buf %p)",
+                  OpName(r.op), static_cast<unsigned long long>(r.byte_off), r.len, r.buf);
+    return Status::Error(EINVAL, d.path() + b);
+  }
+  if (r.byte_off > d.size_bytes() || r.len > d.size_bytes() - r.byte_off) {
+    return Status::Error(EINVAL, d.path() + ": " + OpName(r.op) + " of [" +
+                                     std::to_string(r.byte_off) + ", " +
+                                     std::to_string(r.byte_off + r.len) +
+                                     ") is beyond the end of the device (" +
+                                     std::to_string(d.size_bytes()) + " bytes)");
+  }
+  if (r.op == IoOp::kWrite && d.read_only()) {
+    return Status::Error(EROFS, d.path() + ": write to a device opened read-only");
+  }
+  return Status::OK();
+}
+
+unsigned IoEngine::Impl::StartRing(uint32_t ncmds) {
+  const unsigned n = static_cast<unsigned>(rings_.size());
+  // A callback that submits follow-up work keeps it on its own ring while
+  // that ring has room: the same thread issues and reaps it, with no wake-up
+  // of another thread in between (this matters at low queue depth).
+  if (tls_engine == this &&
+      rings_[tls_ring]->load.load(std::memory_order_relaxed) + ncmds <= options_.queue_depth) {
+    return tls_ring;
+  }
+  return static_cast<unsigned>(next_ring_.fetch_add(ncmds, std::memory_order_relaxed) % n);
+}
+
+void IoEngine::Impl::Submit(std::span<IoRequest> reqs) {
+  if (reqs.empty()) return;
+  outstanding_.fetch_add(reqs.size(), std::memory_order_relaxed);
+  stat_requests_.fetch_add(reqs.size(), std::memory_order_relaxed);
+  const unsigned nrings = static_cast<unsigned>(rings_.size());
+  if (tls_batches.size() < nrings) tls_batches.resize(nrings);
+
+  uint64_t ncommands = 0, nfixed = 0;
+  for (IoRequest& r : reqs) {
+    auto* q = new Request;
+    q->done = std::move(r.done);
+    Status bad = Validate(r);
+    uint32_t ncmds = 1;
+    if (bad.ok() && r.op != IoOp::kFlush) {
+      ncmds = static_cast<uint32_t>((r.len + options_.max_command_bytes - 1) /
+                                    options_.max_command_bytes);
+    }
+    if (ncmds == 1) {
+      q->cmds = &q->inline_cmd;
+    } else {
+      q->more = std::make_unique<Command[]>(ncmds);
+      q->cmds = q->more.get();
+    }
+    q->remaining.store(ncmds, std::memory_order_relaxed);
+    unsigned start = StartRing(ncmds);
+    for (uint32_t k = 0; k < ncmds; ++k) {
+      Command& c = q->cmds[k];
+      c.req = q;
+      c.op = r.op;
+      c.device = r.device;
+      if (!bad.ok()) {
+        c.invalid = true;
+      } else if (r.op != IoOp::kFlush) {
+        uint64_t off = uint64_t{k} * options_.max_command_bytes;
+        c.buf = static_cast<char*>(r.buf) + off;
+        c.byte_off = r.byte_off + off;
+        c.len = static_cast<uint32_t>(std::min<uint64_t>(options_.max_command_bytes, r.len - off));
+        c.fixed = pool_ != nullptr && pool_->Contains(c.buf, c.len);
+        nfixed += c.fixed;
+      }
+      tls_batches[(start + k) % nrings].push_back(&c);
+    }
+    if (!bad.ok()) q->first_error = std::move(bad);
+    ncommands += ncmds;
+  }
+  stat_commands_.fetch_add(ncommands, std::memory_order_relaxed);
+  stat_fixed_.fetch_add(nfixed, std::memory_order_relaxed);
+
+  // One lock and one io_uring_enter per ring for the whole call.
+  for (unsigned i = 0; i < nrings; ++i) {
+    std::vector<Command*>& batch = tls_batches[i];
+    if (batch.empty()) continue;
+    Ring& ring = *rings_[i];
+    {
+      std::lock_guard<std::mutex> l(ring.mu);
+      ring.pending.insert(ring.pending.end(), batch.begin(), batch.end());
+      Pump(ring);
+    }
+    batch.clear();
+  }
+}
+
+void IoEngine::Impl::Prep(io_uring_sqe* sqe, Command* c) const {
+  if (c->invalid) {
+    io_uring_prep_nop(sqe);
+  } else {
+    char* buf = c->buf + c->done_bytes;
+    unsigned len = c->len - c->done_bytes;
+    uint64_t off = c->byte_off + c->done_bytes;
+    int file = static_cast<int>(c->device);  // index into the registered files
+    switch (c->op) {
+      case IoOp::kRead:
+        if (c->fixed) {
+          io_uring_prep_read_fixed(sqe, file, buf, len, off, 0);
+        } else {
+          io_uring_prep_read(sqe, file, buf, len, off);
+        }
+        break;
+      case IoOp::kWrite:
+        if (c->fixed) {
+          io_uring_prep_write_fixed(sqe, file, buf, len, off, 0);
+        } else {
+          io_uring_prep_write(sqe, file, buf, len, off);
+        }
+        break;
+      case IoOp::kFlush:
+        io_uring_prep_fsync(sqe, file, IORING_FSYNC_DATASYNC);
+        break;
+    }
+    sqe->flags |= IOSQE_FIXED_FILE;
+  }
+  io_uring_sqe_set_data(sqe, c);
+}
+
+void IoEngine::Impl::Pump(Ring& r) {
+  unsigned prepared = 0;
+  // The cap is checked before an SQE is taken: commands beyond it stay in
+  // `pending` (FIFO) until completions free slots.
+  while (r.inflight < options_.queue_depth && !r.pending.empty()) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&r.uring);
+    if (sqe == nullptr) {
+      // SQ full (it holds the cap, so only if the kernel has not consumed
+      // earlier entries yet): hand them over and try once more.
+      SubmitLocked(r);
+      sqe = io_uring_get_sqe(&r.uring);
+      if (sqe == nullptr) break;  // left in pending; the next completion retries
+    }
+    Command* c = r.pending.front();
+    r.pending.pop_front();
+    Prep(sqe, c);
+    ++r.inflight;
+    ++prepared;
+  }
+  if (prepared > 0 || r.submit_failed) SubmitLocked(r);
+  r.max_inflight = std::max(r.max_inflight, r.inflight);
+  r.load.store(r.inflight + static_cast<unsigned>(r.pending.size()), std::memory_order_relaxed);
+}
+
+void IoEngine::Impl::SubmitLocked(Ring& r) {
+  for (int tries = 0;; ++tries) {
+    int ret = io_uring_submit(&r.uring);
+    if (ret >= 0) {
+      r.submit_failed = false;
+      return;
+    }
+    if (ret == -EINTR) continue;
+    if ((ret == -EAGAIN || ret == -EBUSY) && tries < 1000) {
+      // Transient kernel resource shortage; the SQEs stay in the ring.
+      std::this_thread::yield();
+      continue;
+    }
+    // The SQEs stay queued in the ring; the next submit on this ring (after
+    // any completion or Submit()) hands them over again.
+    std::fprintf(stderr, "kvfs io engine: io_uring_submit: %s\n", std::strerror(-ret));
+    r.submit_failed = true;
+    return;
+  }
+}
+
+Status IoEngine::Impl::CommandError(const Command& c, int err, const std::string& what) const {
+  const BlockDevice& d = *devices_[c.device];
+  std::string ctx = d.path() + ": " + OpName(c.op);
+  if (c.op != IoOp::kFlush) {
+    ctx += " of " + std::to_string(c.len - c.done_bytes) + " bytes at byte_off " +
+           std::to_string(c.byte_off + c.done_bytes);
+  }
+  ctx += " " + what;
+  return Status::Error(err, ctx);
+}
+
+void IoEngine::Impl::HandleCqe(Command* c, int res, std::vector<Command*>* retry,
+                               std::vector<Request*>* finished) {
+  Request* q = c->req;
+  if (c->invalid) {
+    // first_error was set by Submit().
+  } else if (res < 0) {
+    if (res == -EAGAIN && c->eagain_retries < kMaxEagainRetries) {
+      ++c->eagain_retries;
+      stat_eagain_.fetch_add(1, std::memory_order_relaxed);
+      retry->push_back(c);
+      return;
+    }
+    q->RecordError(CommandError(*c, -res, "failed"));
+  } else if (c->op != IoOp::kFlush) {
+    uint32_t want = c->len - c->done_bytes;
+    uint32_t got = static_cast<uint32_t>(res);
+    if (got == 0) {
+      // A read at the end of a file returns 0: resubmitting would loop.
+      q->RecordError(CommandError(*c, EIO, "made no progress (end of device?)"));
+    } else if (got < want) {
+      c->done_bytes += got;
+      if (c->done_bytes % kBlockSize != 0) {
+        // O_DIRECT cannot continue from an unaligned offset.
+        q->RecordError(CommandError(*c, EIO, "stopped short at an unaligned offset"));
+      } else {
+        stat_short_.fetch_add(1, std::memory_order_relaxed);
+        retry->push_back(c);
+        return;
+      }
+    }
+  }
+  if (q->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finished->push_back(q);
+}
+
+void IoEngine::Impl::Finish(Request* q) {
+  {
+    Status st;
+    {
+      std::lock_guard<std::mutex> l(q->mu);
+      st = std::move(q->first_error);
+    }
+    std::function<void(Status)> done = std::move(q->done);
+    delete q;
+    if (done) done(std::move(st));
+    // `done` (and what it captured) is destroyed here, before the engine may
+    // be told that nothing is outstanding.
+  }
+  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard<std::mutex> l(drain_mu_);
+    drained_cv_.notify_all();
+  }
+}
+
+void IoEngine::Impl::RunCompletions(unsigned ring_index) {
+  char name[16];
+  std::snprintf(name, sizeof(name), "kvfs-io-%u", ring_index);
+  pthread_setname_np(pthread_self(), name);
+  tls_engine = this;
+  tls_ring = ring_index;
+
+  Ring& r = *rings_[ring_index];
+  std::vector<Command*> retry;
+  std::vector<Request*> finished;
+  bool stop = false;
+  while (!stop) {
+    io_uring_cqe* cqe = nullptr;
+    int ret = io_uring_wait_cqe(&r.uring, &cqe);
+    if (ret == -EINTR || ret == -EAGAIN) continue;
+    if (ret < 0) {
+      // Commands in flight can no longer be completed; carrying on would
+      // leave callers waiting forever.
+      std::fprintf(stderr, "kvfs io engine: io_uring_wait_cqe: %s\n", std::strerror(-ret));
+      std::abort();
+    }
+    unsigned head;
+    unsigned seen = 0, commands = 0;
+    {
+      // CQEs are handled under mu although only this thread reaps: the
+      // Command was written by the submitter before it took mu, and taking
+      // it here makes that hand-off visible to tools like TSan, which do not
+      // see the ordering the kernel provides. Handling is cheap (no
+      // callbacks), so submitters wait only briefly.
+      std::lock_guard<std::mutex> l(r.mu);
+      io_uring_for_each_cqe(&r.uring, head, cqe) {
+        ++seen;
+        if (cqe->user_data == kStopTag) {
+          stop = true;
+          continue;
+        }
+        ++commands;
+        HandleCqe(static_cast<Command*>(io_uring_cqe_get_data(cqe)), cqe->res, &retry,
+                  &finished);
+      }
+      io_uring_cq_advance(&r.uring, seen);
+      r.inflight -= commands;
+      // Remainders jump the queue: their requests are already under way.
+      for (auto it = retry.rbegin(); it != retry.rend(); ++it) r.pending.push_front(*it);
+      Pump(r);
+    }
+    retry.clear();
+    // Callbacks run holding no lock; they may Submit().
+    for (Request* q : finished) Finish(q);
+    finished.clear();
+  }
+  tls_engine = nullptr;
+}
+
+Result<std::unique_ptr<IoEngine>> IoEngine::Create(std::vector<const BlockDevice*> devices,
+                                                   const IoEngineOptions& options) {
+  auto impl = std::make_unique<Impl>(std::move(devices), options);
+  KVFS_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<IoEngine>(new IoEngine(std::move(impl)));
+}
+
+IoEngine::IoEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+IoEngine::~IoEngine() = default;
+
+void IoEngine::Submit(std::span<IoRequest> reqs) { impl_->Submit(reqs); }
+
+uint32_t IoEngine::device_count() const { return static_cast<uint32_t>(impl_->devices_.size()); }
+
+BufferPool& IoEngine::buffers() {
+  if (!impl_->pool_) {
+    std::fprintf(stderr, "kvfs io engine: buffers() called with the staging pool disabled\n");
+    std::abort();
+  }
+  return *impl_->pool_;
+}
+
+const IoEngineOptions& IoEngine::options() const { return impl_->options_; }
+
+IoEngineStats IoEngine::stats() const {
+  IoEngineStats s;
+  s.requests = impl_->stat_requests_.load(std::memory_order_relaxed);
+  s.commands = impl_->stat_commands_.load(std::memory_order_relaxed);
+  s.fixed_commands = impl_->stat_fixed_.load(std::memory_order_relaxed);
+  s.short_transfers = impl_->stat_short_.load(std::memory_order_relaxed);
+  s.eagain_retries = impl_->stat_eagain_.load(std::memory_order_relaxed);
+  for (auto& r : impl_->rings_) {
+    std::lock_guard<std::mutex> l(r->mu);
+    s.max_ring_inflight = std::max<uint64_t>(s.max_ring_inflight, r->max_inflight);
+  }
+  return s;
+}
+
+}  // namespace kvfs::device

@@ -1,0 +1,129 @@
+#include "fs/committer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+namespace kvfs::fs {
+
+namespace {
+constexpr size_t kMaxGroup = 4096;
+}
+
+Committer::Committer(index::Index& index, BuildFn build, CommittedFn committed, FlushFn flush,
+                     unsigned interval_ms)
+    : index_(index),
+      build_(std::move(build)),
+      committed_(std::move(committed)),
+      flush_(std::move(flush)),
+      interval_ms_(interval_ms),
+      thread_([this] { Run(); }) {}
+
+Committer::~Committer() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Committer::Enqueue(std::shared_ptr<Change> change) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (change->sync) urgent_ = true;
+    queue_.push_back(std::move(change));
+    wake = queue_.size() == 1 || urgent_;
+  }
+  if (wake) cv_.notify_all();
+}
+
+void Committer::OpenGate(const std::shared_ptr<Change>& change) {
+  if (change->gates.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard<std::mutex> l(mu_);
+    cv_.notify_all();
+  }
+}
+
+size_t Committer::queued() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return queue_.size();
+}
+
+Status Committer::Drain(bool sync) {
+  auto marker = std::make_shared<Change>();
+  marker->sync = sync;
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  Status result;
+  marker->waiters.push_back([&](Status st) {
+    std::lock_guard<std::mutex> l(m);
+    result = st;
+    done = true;
+    cv.notify_all();
+  });
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    urgent_ = true;
+    queue_.push_back(marker);
+  }
+  cv_.notify_all();
+  std::unique_lock<std::mutex> l(m);
+  cv.wait(l, [&] { return done; });
+  return result;
+}
+
+void Committer::Run() {
+  Status failed;  // sticky: after a failed device flush nothing more is committed
+  for (;;) {
+    std::vector<std::shared_ptr<Change>> group;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      auto head_ready = [&] { return !queue_.empty() && queue_.front()->gates.load() == 0; };
+      cv_.wait(l, [&] { return stop_ || head_ready(); });
+      if (!head_ready()) {
+        if (stop_) break;
+        continue;
+      }
+      // Let more changes join the group unless someone waits.
+      if (!urgent_ && !stop_ && interval_ms_ > 0) {
+        cv_.wait_for(l, std::chrono::milliseconds(interval_ms_), [&] { return urgent_ || stop_; });
+      }
+      while (!queue_.empty() && queue_.front()->gates.load() == 0 && group.size() < kMaxGroup) {
+        group.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      if (queue_.empty()) urgent_ = false;
+    }
+    index::WriteBatch batch = index_.NewBatch();
+    bool sync = false;
+    for (auto& c : group) {
+      build_(*c, batch);
+      sync |= c->sync;
+    }
+    Status st = failed;
+    if (st.ok() && data_written_.exchange(false, std::memory_order_acq_rel)) {
+      st = flush_();
+      if (!st.ok()) {
+        spdlog::error("device flush failed, no further index commits: {}", st.ToString());
+        failed = st;
+      }
+    }
+    if (st.ok()) {
+      if (!batch.empty()) {
+        st = index_.Commit(batch, sync);
+      } else if (sync) {
+        st = index_.SyncWal();
+      }
+      if (!st.ok()) spdlog::error("index commit failed: {}", st.ToString());
+    }
+    for (auto& c : group) {
+      committed_(*c, st);
+      for (auto& w : c->waiters) w(st);
+    }
+  }
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,93 @@
+// Committer: the ordered queue of index changes and the thread that commits
+// them.
+//
+// Changes are committed in the order they were enqueued. A change with
+// closed gates (data writes it depends on, still in flight) holds back
+// itself and every change behind it. Ready changes at the head are committed
+// together in one RocksDB batch (group commit). Before a group that follows
+// completed data writes is committed, every device is flushed, so the index
+// never names data that is still only in a device's volatile cache. A group
+// containing a `sync` change is committed with a synced WAL.
+//
+// Thread safety: Enqueue/OpenGate from any thread. Callbacks `build` and
+// `committed` run on the committer thread, in queue order, exactly once per
+// change.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/extent.h"
+#include "common/status.h"
+#include "index/index.h"
+
+namespace kvfs::fs {
+
+struct InodeState;
+
+struct EntryOp {
+  uint64_t parent = 0;
+  std::string name;
+  uint64_t child = 0;  // 0: delete the entry
+};
+
+struct Change {
+  std::vector<EntryOp> entry_ops;  // fixed when enqueued
+  // Inodes whose live record is captured when the change is built.
+  std::vector<std::shared_ptr<InodeState>> inodes;
+  // Inodes whose record (and, once committed, data) this change removes.
+  std::vector<std::shared_ptr<InodeState>> deletes;
+  std::vector<uint64_t> orphan_puts;
+  std::vector<uint64_t> orphan_deletes;
+  bool sync = false;
+  std::vector<std::function<void(Status)>> waiters;  // after commit
+  // Filled while building: extents to free once the batch is committed.
+  std::vector<std::pair<std::shared_ptr<InodeState>, std::vector<Extent>>> frees;
+  std::atomic<int> gates{0};
+};
+
+class Committer {
+ public:
+  using BuildFn = std::function<void(Change&, index::WriteBatch&)>;
+  using CommittedFn = std::function<void(Change&, Status)>;
+  using FlushFn = std::function<Status()>;
+
+  Committer(index::Index& index, BuildFn build, CommittedFn committed, FlushFn flush,
+            unsigned interval_ms);
+  ~Committer();  // commits what is ready, then stops; REQUIRES: no gates left closed
+
+  // `change->gates` must be set before; call OpenGate() for each.
+  void Enqueue(std::shared_ptr<Change> change);
+  void OpenGate(const std::shared_ptr<Change>& change);
+  // Data writes completed since the last flush: the next group flushes first.
+  void NoteDataWritten() { data_written_.store(true, std::memory_order_release); }
+  // Blocks until every change enqueued before the call is committed; with
+  // `sync`, also until the WAL is synced.
+  Status Drain(bool sync = false);
+  size_t queued() const;
+
+ private:
+  void Run();
+
+  index::Index& index_;
+  BuildFn build_;
+  CommittedFn committed_;
+  FlushFn flush_;
+  const unsigned interval_ms_;
+  std::atomic<bool> data_written_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Change>> queue_;  // GUARDED_BY(mu_)
+  bool stop_ = false;                          // GUARDED_BY(mu_)
+  bool urgent_ = false;                        // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace kvfs::fs

@@ -1,0 +1,689 @@
+// Regular files: create/open/close, the staged write path, write-behind of
+// chunks, and reads that merge staged, in-flight and on-device data.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/crc32c.h"
+#include "common/format.h"
+#include "fs/file_system_impl.h"
+
+namespace kvfs::fs {
+
+namespace {
+
+Status CheckCreateName(std::string_view name) {
+  if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "create");
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string_view::npos) {
+    return Status::Error(EINVAL, "create: invalid name");
+  }
+  return Status::OK();
+}
+
+uint64_t TotalLen(const std::vector<Extent>& v) {
+  uint64_t n = 0;
+  for (const auto& e : v) n += e.len;
+  return n;
+}
+
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
+
+}  // namespace
+
+// ------------------------------------------------------------ open / close
+
+Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::string_view name,
+                                                     uint32_t mode, int flags,
+                                                     const Caller& caller) {
+  KVFS_RETURN_IF_ERROR(CheckCreateName(name));
+  if ((mode & S_IFMT) != 0 && (mode & S_IFMT) != S_IFREG) {
+    return Status::Error(EPERM, "only regular files and directories are supported");
+  }
+  InodeRef file;
+  index::Inode rec;
+  {
+    std::lock_guard<std::mutex> ns(ns_mu_);
+    KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+    if (!p->is_dir()) return Status::Error(ENOTDIR, "create");
+    auto existing = ResolveEntry(parent, name);
+    if (existing.ok()) return Status::Error(EEXIST, "create");
+    if (existing.status().code() != ENOENT) return existing.status();
+    const int64_t now = NowNs();
+    rec.ino = volume_.index().AllocateIno();
+    rec.mode = S_IFREG | (mode & 07777);
+    rec.uid = caller.uid;
+    rec.gid = caller.gid;
+    rec.nlink = 1;
+    rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
+    rec.generation = 1;
+    file = std::make_shared<InodeState>(rec);
+    {
+      std::lock_guard<std::mutex> l(p->mu);
+      if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
+      p->rec.size++;
+      p->rec.mtime_ns = p->rec.ctime_ns = now;
+    }
+    {
+      std::lock_guard<std::mutex> t(table_mu_);
+      file->lookups = 1;
+      file->opens = 1;
+      inodes_.emplace(rec.ino, file);
+    }
+    auto c = NewChange();
+    c->entry_ops.push_back({parent, std::string(name), rec.ino});
+    c->inodes = {file, p};
+    SetPendingEntry(parent, name, rec.ino);
+    Enqueue(c);
+  }
+  uint64_t fh = next_fh_++;
+  {
+    std::lock_guard<std::mutex> l(handles_mu_);
+    handles_.emplace(fh, Handle{file, flags});
+  }
+  return Created{ToAttr(rec), fh};
+}
+
+Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags) {
+  KVFS_ASSIGN_OR_RETURN(InodeRef i, GetInode(ino));
+  {
+    std::unique_lock<std::mutex> l(i->mu);
+    if (i->is_dir()) return Status::Error(EISDIR, "open");
+    if (i->deleted) return Status::Error(ENOENT, "open of a removed file");
+    if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY && i->rec.size > 0) {
+      TruncateData(i, 0);
+      i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
+      auto c = NewChange();
+      c->inodes.push_back(i);
+      Enqueue(c);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> t(table_mu_);
+    i->opens++;
+  }
+  uint64_t fh = next_fh_++;
+  std::lock_guard<std::mutex> l(handles_mu_);
+  handles_.emplace(fh, Handle{i, flags});
+  return fh;
+}
+
+Status FileSystem::Impl::Flush(uint64_t fh) {
+  Handle h;
+  {
+    std::lock_guard<std::mutex> l(handles_mu_);
+    auto it = handles_.find(fh);
+    if (it == handles_.end()) return Status::Error(EBADF, "flush");
+    h = it->second;
+  }
+  if (!h.writable()) return Status::OK();
+  std::unique_lock<std::mutex> l(h.inode->mu);
+  SubmitAllStaged(h.inode);
+  if (h.inode->inflight_writes > 0 || h.inode->data_change_queued) {
+    auto c = QueueDataChange(h.inode, false);
+    Enqueue(c);
+  }
+  if (h.inode->write_error) {
+    return Status::Error(h.inode->write_error, "write-behind of inode " +
+                                                   std::to_string(h.inode->rec.ino) + " failed");
+  }
+  return Status::OK();
+}
+
+void FileSystem::Impl::Release(uint64_t fh) {
+  Handle h;
+  {
+    std::lock_guard<std::mutex> l(handles_mu_);
+    auto it = handles_.find(fh);
+    if (it == handles_.end()) return;
+    h = std::move(it->second);
+    handles_.erase(it);
+  }
+  InodeRef i = h.inode;
+  bool last;
+  {
+    std::lock_guard<std::mutex> t(table_mu_);
+    last = --i->opens == 0;
+  }
+  if (!last) return;
+  std::lock_guard<std::mutex> ns(ns_mu_);  // orders the delete after namespace changes
+  std::unique_lock<std::mutex> l(i->mu);
+  SubmitAllStaged(i);
+  {
+    std::lock_guard<std::mutex> t(table_mu_);
+    if (i->opens > 0) return;  // reopened meanwhile (only possible while it has a name)
+  }
+  if (i->orphan && !i->deleted) {
+    // The last handle of a file unlinked while open: now it goes away.
+    i->orphan = false;
+    i->deleted = true;
+    auto c = NewChange();
+    c->deletes.push_back(i);
+    c->orphan_deletes.push_back(i->rec.ino);
+    l.unlock();
+    Enqueue(c);
+    return;
+  }
+  if (i->inflight_writes > 0 || i->data_change_queued) {
+    auto c = QueueDataChange(i, false);
+    Enqueue(c);
+  }
+  l.unlock();
+  std::lock_guard<std::mutex> t(table_mu_);
+  MaybeEvict(i);
+}
+
+void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {
+  InodeRef i;
+  {
+    std::lock_guard<std::mutex> l(handles_mu_);
+    auto it = handles_.find(fh);
+    if (it == handles_.end()) return done(Status::Error(EBADF, "fsync"));
+    i = it->second.inode;
+  }
+  std::unique_lock<std::mutex> l(i->mu);
+  SubmitAllStaged(i);
+  auto c = QueueDataChange(i, /*sync=*/true);
+  c->waiters.push_back([i, done = std::move(done)](Status st) {
+    int err;
+    {
+      std::lock_guard<std::mutex> l2(i->mu);
+      err = i->write_error;
+    }
+    if (err) return done(Status::Error(err, "write-behind of inode " + std::to_string(i->rec.ino) + " failed"));
+    done(st);
+  });
+  l.unlock();
+  Enqueue(c);
+}
+
+Status FileSystem::Impl::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len) {
+  if (mode != 0) return Status::Error(EOPNOTSUPP, "fallocate: only mode 0 is supported");
+  if (len == 0) return Status::Error(EINVAL, "fallocate: zero length");
+  Handle h;
+  {
+    std::lock_guard<std::mutex> l(handles_mu_);
+    auto it = handles_.find(fh);
+    if (it == handles_.end()) return Status::Error(EBADF, "fallocate");
+    h = it->second;
+  }
+  if (!h.writable()) return Status::Error(EBADF, "fallocate on a read-only handle");
+  std::unique_lock<std::mutex> l(h.inode->mu);
+  if (off + len > h.inode->rec.size) {
+    uint64_t grow = off + len - h.inode->rec.size;
+    if (grow > volume_.space().free_bytes) return Status::Error(ENOSPC, "fallocate");
+    h.inode->rec.size = off + len;
+    h.inode->rec.ctime_ns = NowNs();
+    auto c = NewChange();
+    c->inodes.push_back(h.inode);
+    l.unlock();
+    Enqueue(c);
+  }
+  return Status::OK();
+}
+
+// ------------------------------------------------------------ write path
+
+device::PoolBuffer FileSystem::Impl::AcquireBuffer() {
+  device::PoolBuffer b = pool_.TryAcquire();
+  if (b) return b;
+  // Every slot is staged or in flight: push staged chunks out so that
+  // slots come back as their writes complete.
+  std::vector<InodeRef> staged;
+  {
+    std::lock_guard<std::mutex> l(staged_mu_);
+    for (auto it = staged_inodes_.begin(); it != staged_inodes_.end();) {
+      if (auto i = it->second.lock()) staged.push_back(std::move(i));
+      it = staged_inodes_.erase(it);
+    }
+  }
+  for (auto& i : staged) {
+    std::lock_guard<std::mutex> l(i->mu);
+    SubmitAllStaged(i);
+  }
+  return pool_.Acquire();
+}
+
+// Gives chunk `ci` a staged buffer holding its current content, reserving
+// device space for at least `write_hi` bytes of it. May drop and retake
+// `lock` (to wait for a buffer or for space). REQUIRES: lock holds inode->mu.
+Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std::mutex>& lock,
+                                    uint64_t ci, uint64_t write_lo, uint64_t write_hi) {
+  device::PoolBuffer buf = pool_.TryAcquire();
+  if (!buf) {
+    lock.unlock();
+    buf = AcquireBuffer();
+    lock.lock();
+    if (inode->chunks[ci].staged) return Status::OK();  // staged by another writer meanwhile
+  }
+  const uint64_t cstart = ci * kChunkBytes;
+  // Reserve space now so that a full volume fails write() with ENOSPC.
+  uint64_t want = kChunkBytes;
+  auto alloc = volume_.Allocate(want);
+  if (!alloc.ok() && alloc.status().code() == ENOSPC) {
+    want = AlignUp(write_hi, kBlockSize);
+    alloc = volume_.Allocate(want);
+    if (!alloc.ok() && alloc.status().code() == ENOSPC) {
+      // Space freed by unlinks becomes free when their commit lands.
+      lock.unlock();
+      committer_->Drain(false).ignore();  // errors surface through the retry
+      lock.lock();
+      if (inode->chunks[ci].staged) return Status::OK();
+      alloc = volume_.Allocate(want);
+    }
+  }
+  if (!alloc.ok()) return alloc.status();
+
+  ChunkState& cs = inode->chunks[ci];
+  auto cb = std::make_shared<ChunkBuf>();
+  cb->buf = std::move(buf);
+  cb->alloc = std::move(alloc).value();
+  char* data = cb->buf.data();
+  const uint64_t size = inode->rec.size;
+  const uint64_t chunk_valid = size > cstart ? std::min(kChunkBytes, size - cstart) : 0;
+  std::memset(data, 0, kChunkBytes);
+  if (cs.inflight) {
+    std::memcpy(data, cs.inflight->buf.data(), cs.inflight->valid);
+    cb->valid = std::max(cs.inflight->valid, chunk_valid);
+  } else if (!cs.extents.empty() && !(write_lo == 0 && write_hi >= chunk_valid)) {
+    // Partial overwrite of data on the device: read it first (rare for KV
+    // workloads, which write whole files).
+    for (const index::FileExtent& fe : cs.extents) {
+      Status st = io_.ReadSync(fe.ext.device, fe.ext.byte_off, data + (fe.file_off - cstart),
+                               fe.ext.len);
+      if (!st.ok()) {
+        FreeNow(cb->alloc);
+        return st.Annotate("reading chunk for a partial overwrite");
+      }
+    }
+    if (chunk_valid < kChunkBytes) std::memset(data + chunk_valid, 0, kChunkBytes - chunk_valid);
+    cb->valid = chunk_valid;
+  } else {
+    cb->valid = chunk_valid;  // a hole or a full overwrite: zeros so far
+  }
+  cs.staged = std::move(cb);
+  std::lock_guard<std::mutex> l(staged_mu_);
+  staged_inodes_[inode->rec.ino] = inode;
+  return Status::OK();
+}
+
+Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
+  Handle h;
+  {
+    std::lock_guard<std::mutex> l(handles_mu_);
+    auto it = handles_.find(fh);
+    if (it == handles_.end()) return Status::Error(EBADF, "write");
+    h = it->second;
+  }
+  if (!h.writable()) return Status::Error(EBADF, "write on a read-only handle");
+  if (h.flags & O_APPEND) {
+    std::lock_guard<std::mutex> l(h.inode->mu);
+    off = h.inode->rec.size;
+  }
+  InodeRef i = h.inode;
+  std::unique_lock<std::mutex> lock(i->mu);
+  const uint64_t end = off + data.size();
+  uint64_t pos = off;
+  while (pos < end) {
+    const uint64_t ci = pos / kChunkBytes;
+    const uint64_t cstart = ci * kChunkBytes;
+    const uint64_t lo = pos - cstart;
+    const uint64_t hi = std::min(end - cstart, kChunkBytes);
+    if (!i->chunks[ci].staged) {
+      Status st = StageChunk(i, lock, ci, lo, hi);
+      if (!st.ok()) {
+        if (pos > off) break;  // report the bytes already accepted
+        return st;
+      }
+    }
+    ChunkBuf& cb = *i->chunks[ci].staged;
+    // Grow the reservation if the chunk was staged with less space.
+    uint64_t need = AlignUp(std::max(hi, cb.valid), kBlockSize);
+    uint64_t have = TotalLen(cb.alloc);
+    if (need > have) {
+      auto more = volume_.Allocate(need - have);
+      if (!more.ok()) {
+        if (pos > off) break;
+        return more.status();
+      }
+      cb.alloc.insert(cb.alloc.end(), more->begin(), more->end());
+    }
+    std::memcpy(cb.buf.data() + lo, data.data() + (pos - off), hi - lo);
+    cb.valid = std::max(cb.valid, hi);
+    pos = cstart + hi;
+    if (pos > i->rec.size) i->rec.size = pos;
+    // A chunk written to its end goes to the device now (write-behind).
+    if (hi == kChunkBytes) SubmitChunk(i, ci);
+  }
+  i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
+  return static_cast<size_t>(pos - off);
+}
+
+void FileSystem::Impl::SubmitAllStaged(const InodeRef& inode) {
+  std::vector<uint64_t> staged;
+  for (auto& [ci, cs] : inode->chunks) {
+    if (cs.staged) staged.push_back(ci);
+  }
+  for (uint64_t ci : staged) SubmitChunk(inode, ci);
+}
+
+// Sends the staged version of chunk `ci` to its reserved extents.
+// REQUIRES: inode->mu held; the chunk is staged.
+void FileSystem::Impl::SubmitChunk(const InodeRef& inode, uint64_t ci) {
+  ChunkState& cs = inode->chunks[ci];
+  std::shared_ptr<ChunkBuf> cb = std::move(cs.staged);
+  cs.staged.reset();
+  const uint64_t bytes = AlignUp(cb->valid, kBlockSize);
+  // Keep exactly `bytes` of the reservation; return the rest.
+  std::vector<Extent> keep, spare;
+  uint64_t left = bytes;
+  for (const Extent& e : cb->alloc) {
+    if (left == 0) {
+      spare.push_back(e);
+    } else if (e.len <= left) {
+      keep.push_back(e);
+      left -= e.len;
+    } else {
+      keep.push_back({e.device, e.byte_off, left});
+      spare.push_back({e.device, e.byte_off + left, e.len - left});
+      left = 0;
+    }
+  }
+  FreeNow(spare);
+  cb->alloc = std::move(keep);
+  if (bytes == 0) {
+    // Nothing left in the chunk (truncated to its start): its old data goes.
+    for (const auto& fe : cs.extents) inode->free_pending.push_back(fe.ext);
+    cs.extents.clear();
+    if (cs.empty()) inode->chunks.erase(ci);
+    return;
+  }
+  cb->seq = ++inode->chunk_seq;
+  cb->trunc_epoch = inode->trunc_epoch;
+  cs.inflight = cb;
+  inode->inflight_writes++;
+  {
+    std::lock_guard<std::mutex> t(table_mu_);
+    inode->pending_changes++;  // pinned until the write completes
+  }
+  struct Pending {
+    std::atomic<size_t> left;
+    std::mutex mu;
+    Status first;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = cb->alloc.size();
+  std::vector<device::IoRequest> reqs;
+  uint64_t pos = 0;
+  for (const Extent& e : cb->alloc) {
+    device::IoRequest r;
+    r.op = device::IoOp::kWrite;
+    r.device = e.device;
+    r.byte_off = e.byte_off;
+    r.buf = cb->buf.data() + pos;
+    r.len = e.len;
+    r.done = [this, inode, ci, cb, pending](Status st) {
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> l(pending->mu);
+        if (pending->first.ok()) pending->first = st;
+      }
+      if (pending->left.fetch_sub(1) == 1) OnChunkWritten(inode, ci, cb, pending->first);
+    };
+    reqs.push_back(std::move(r));
+    pos += e.len;
+  }
+  io_.Submit(reqs);
+}
+
+void FileSystem::Impl::OnChunkWritten(const InodeRef& inode, uint64_t ci,
+                                      std::shared_ptr<ChunkBuf> cb, Status st) {
+  if (st.ok()) committer_->NoteDataWritten();
+  std::vector<std::shared_ptr<Change>> gates;
+  std::shared_ptr<Change> data_change;
+  std::vector<Extent> free_now;
+  {
+    std::lock_guard<std::mutex> l(inode->mu);
+    inode->inflight_writes--;
+    auto it = inode->chunks.find(ci);
+    bool current = it != inode->chunks.end() && !inode->deleted &&
+                   cb->trunc_epoch == inode->trunc_epoch && cb->seq > it->second.installed_seq;
+    if (!st.ok()) {
+      if (!inode->write_error) {
+        inode->write_error = st.code();
+        spdlog::error("write-behind of inode {} at file offset {} failed: {}", inode->rec.ino,
+                      ci * kChunkBytes, st.ToString());
+      }
+      free_now = cb->alloc;
+    } else if (current) {
+      ChunkState& cs = it->second;
+      for (const auto& fe : cs.extents) inode->free_pending.push_back(fe.ext);
+      cs.extents.clear();
+      uint64_t pos = 0;
+      for (const Extent& e : cb->alloc) {
+        index::FileExtent fe;
+        fe.file_off = ci * kChunkBytes + pos;
+        fe.ext = e;
+        fe.crc32c = Crc32c(cb->buf.data() + pos, e.len);
+        cs.extents.push_back(fe);
+        pos += e.len;
+      }
+      cs.installed_seq = cb->seq;
+      if (!inode->data_change_queued) {
+        inode->data_change_queued = true;
+        data_change = NewChange();
+        data_change->inodes.push_back(inode);
+      }
+    } else {
+      free_now = cb->alloc;  // superseded or truncated away: never indexed
+    }
+    if (it != inode->chunks.end()) {
+      if (it->second.inflight == cb) it->second.inflight.reset();
+      if (it->second.empty()) inode->chunks.erase(it);
+    }
+    if (inode->inflight_writes == 0) gates.swap(inode->gated);
+  }
+  FreeNow(free_now);
+  if (data_change) Enqueue(data_change);
+  for (auto& g : gates) committer_->OpenGate(g);
+  std::lock_guard<std::mutex> t(table_mu_);
+  inode->pending_changes--;
+  MaybeEvict(inode);
+}
+
+// Cuts the file to `new_size`. Chunks past it are dropped (their extents
+// freed once the new size is committed); the chunk that straddles it is
+// restaged with zeros past the cut so a later grow reads zeros.
+// REQUIRES: inode->mu held.
+void FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
+  const uint64_t old_size = inode->rec.size;
+  if (new_size < old_size) {
+    inode->trunc_epoch++;  // in-flight versions of dropped chunks are obsolete
+    const uint64_t first_dropped = AlignUp(new_size, kChunkBytes) / kChunkBytes;
+    for (auto it = inode->chunks.lower_bound(first_dropped); it != inode->chunks.end();) {
+      for (auto& fe : it->second.extents) inode->free_pending.push_back(fe.ext);
+      if (it->second.staged) FreeNow(it->second.staged->alloc);
+      it = inode->chunks.erase(it);
+    }
+    // Keep surviving in-flight chunks current despite the new epoch.
+    for (auto& [ci, cs] : inode->chunks) {
+      if (cs.inflight) cs.inflight->trunc_epoch = inode->trunc_epoch;
+    }
+    const uint64_t cut = new_size % kChunkBytes;
+    const uint64_t ci = new_size / kChunkBytes;
+    auto it = inode->chunks.find(ci);
+    if (cut != 0 && it != inode->chunks.end()) {
+      ChunkState& cs = it->second;
+      if (!cs.staged) {
+        // Stage it (reads the old bytes); zero the tail below.
+        std::unique_lock<std::mutex> relock(inode->mu, std::adopt_lock);
+        Status st = StageChunk(inode, relock, ci, 0, cut);
+        relock.release();
+        if (!st.ok()) {
+          // No buffer or space to rewrite it: drop the chunk entirely rather
+          // than let stale bytes reappear after a later grow.
+          spdlog::warn("truncate of inode {}: {}", inode->rec.ino, st.ToString());
+          auto it2 = inode->chunks.find(ci);
+          if (it2 != inode->chunks.end()) {
+            for (auto& fe : it2->second.extents) inode->free_pending.push_back(fe.ext);
+            inode->chunks.erase(it2);
+          }
+        }
+      }
+      auto it2 = inode->chunks.find(ci);
+      if (it2 != inode->chunks.end() && it2->second.staged) {
+        ChunkBuf& cb = *it2->second.staged;
+        std::memset(cb.buf.data() + cut, 0, kChunkBytes - cut);
+        cb.valid = std::min(cb.valid, cut);
+      }
+    }
+  }
+  inode->rec.size = new_size;
+}
+
+// ------------------------------------------------------------ read path
+
+void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done) {
+  InodeRef i;
+  {
+    std::lock_guard<std::mutex> l(handles_mu_);
+    auto it = handles_.find(fh);
+    if (it == handles_.end()) return done(Status::Error(EBADF, "read"), {});
+    i = it->second.inode;
+  }
+  struct Piece {
+    uint32_t device;
+    uint64_t dev_off;   // aligned
+    uint64_t dev_len;   // aligned
+    char* direct;       // read straight into the reply, or null for a bounce
+    uint64_t out_off;   // where the wanted bytes go in the reply
+    uint64_t skip;      // wanted bytes start this far into the device range
+    uint64_t len;       // wanted bytes
+  };
+  std::vector<Piece> pieces;
+  std::unique_ptr<char, FreeDeleter> out;
+  uint64_t len;
+  {
+    std::lock_guard<std::mutex> l(i->mu);
+    const uint64_t fsize = i->rec.size;
+    if (off >= fsize || size == 0) {
+      return done(Status::OK(), {});
+    }
+    len = std::min<uint64_t>(size, fsize - off);
+    const uint64_t cap = AlignUp(len, kBlockSize) + kBlockSize;
+    out.reset(static_cast<char*>(std::aligned_alloc(kBlockSize, cap)));
+    if (!out) return done(Status::Error(ENOMEM, "read buffer"), {});
+    char* dst = out.get();
+    uint64_t pos = off;
+    const uint64_t end = off + len;
+    while (pos < end) {
+      const uint64_t ci = pos / kChunkBytes;
+      const uint64_t cstart = ci * kChunkBytes;
+      const uint64_t hi = std::min(end, cstart + kChunkBytes);
+      auto it = i->chunks.find(ci);
+      const ChunkBuf* mem = nullptr;
+      if (it != i->chunks.end()) {
+        mem = it->second.staged ? it->second.staged.get() : it->second.inflight.get();
+      }
+      if (mem) {
+        std::memcpy(dst + (pos - off), mem->buf.data() + (pos - cstart), hi - pos);
+      } else {
+        std::memset(dst + (pos - off), 0, hi - pos);  // holes stay zero
+        if (it != i->chunks.end()) {
+          for (const index::FileExtent& fe : it->second.extents) {
+            uint64_t a = std::max(pos, fe.file_off);
+            uint64_t b = std::min(hi, fe.file_off + fe.ext.len);
+            if (a >= b) continue;
+            Piece p;
+            p.device = fe.ext.device;
+            uint64_t rel = a - fe.file_off;
+            p.dev_off = fe.ext.byte_off + AlignDown(rel, kBlockSize);
+            p.skip = rel - AlignDown(rel, kBlockSize);
+            p.dev_len = AlignUp(p.skip + (b - a), kBlockSize);
+            p.out_off = a - off;
+            p.len = b - a;
+            bool aligned_start = p.skip == 0 && p.out_off % kBlockSize == 0;
+            bool fits = p.len % kBlockSize == 0 || b == end;  // tail slack is ours
+            p.direct = aligned_start && fits ? dst + p.out_off : nullptr;
+            pieces.push_back(p);
+          }
+        }
+      }
+      pos = hi;
+    }
+    if (!pieces.empty()) {
+      i->reads_inflight++;
+      std::lock_guard<std::mutex> t(table_mu_);
+      i->pending_changes++;  // pinned until the reads complete
+    }
+  }
+  if (pieces.empty()) return done(Status::OK(), std::span<const char>(out.get(), len));
+
+  struct ReadState {
+    std::unique_ptr<char, FreeDeleter> out;
+    uint64_t len;
+    std::vector<Piece> pieces;
+    std::vector<std::unique_ptr<char, FreeDeleter>> bounce;
+    std::atomic<size_t> left;
+    std::mutex mu;
+    Status first;
+    ReadDone done;
+  };
+  auto rs = std::make_shared<ReadState>();
+  rs->out = std::move(out);
+  rs->len = len;
+  rs->pieces = std::move(pieces);
+  rs->bounce.resize(rs->pieces.size());
+  rs->left = rs->pieces.size();
+  rs->done = std::move(done);
+  std::vector<device::IoRequest> reqs;
+  for (size_t k = 0; k < rs->pieces.size(); ++k) {
+    Piece& p = rs->pieces[k];
+    char* target = p.direct;
+    if (!target) {
+      rs->bounce[k].reset(static_cast<char*>(std::aligned_alloc(kBlockSize, p.dev_len)));
+      target = rs->bounce[k].get();
+      if (!target) {
+        std::lock_guard<std::mutex> l(rs->mu);
+        rs->first = Status::Error(ENOMEM, "read bounce buffer");
+      }
+    }
+    device::IoRequest r;
+    r.op = device::IoOp::kRead;
+    r.device = p.device;
+    r.byte_off = p.dev_off;
+    r.buf = target;
+    r.len = target ? p.dev_len : 0;
+    r.done = [this, i, rs, k](Status st) {
+      const Piece& piece = rs->pieces[k];
+      if (st.ok() && !piece.direct && rs->bounce[k]) {
+        std::memcpy(rs->out.get() + piece.out_off, rs->bounce[k].get() + piece.skip, piece.len);
+      }
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> l(rs->mu);
+        if (rs->first.ok()) rs->first = st;
+      }
+      if (rs->left.fetch_sub(1) == 1) {
+        FinishDeviceRead(i);
+        Status fin;
+        {
+          std::lock_guard<std::mutex> l(rs->mu);
+          fin = rs->first;
+        }
+        if (fin.ok()) {
+          rs->done(Status::OK(), std::span<const char>(rs->out.get(), rs->len));
+        } else {
+          rs->done(fin, {});
+        }
+      }
+    };
+    reqs.push_back(std::move(r));
+  }
+  io_.Submit(reqs);
+}
+
+}  // namespace kvfs::fs

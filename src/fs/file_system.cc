@@ -1,0 +1,352 @@
+// FileSystem: construction, shutdown, the committer's callbacks, the inode
+// table, and the forwarding of the public API to Impl.
+#include "fs/file_system.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <chrono>
+
+#include "common/format.h"
+#include "fs/file_system_impl.h"
+
+namespace kvfs::fs {
+
+// ---------------------------------------------------------------- Impl core
+
+FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options)
+    : volume_(volume), io_(volume.io()), pool_(volume.buffers()), options_(options) {
+  committer_ = std::make_unique<Committer>(
+      volume_.index(), [this](Change& c, index::WriteBatch& b) { BuildChange(c, b); },
+      [this](Change& c, Status st) { ChangeCommitted(c, st); }, [this] { return FlushDevices(); },
+      options_.commit_interval_ms);
+}
+
+FileSystem::Impl::~Impl() {
+  Shutdown().ignore();  // errors were logged; nobody is left to tell
+  committer_.reset();
+  std::lock_guard<std::mutex> l(table_mu_);
+  inodes_.clear();  // returns staging buffers to the pool
+}
+
+int64_t FileSystem::Impl::NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Attr FileSystem::Impl::ToAttr(const index::Inode& rec) {
+  Attr a;
+  a.ino = rec.ino;
+  a.mode = rec.mode;
+  a.nlink = rec.nlink;
+  a.uid = rec.uid;
+  a.gid = rec.gid;
+  bool dir = (rec.mode & S_IFMT) == S_IFDIR;
+  a.size = dir ? kBlockSize : rec.size;
+  a.blocks = dir ? kBlockSize / 512 : AlignUp(rec.size, kBlockSize) / 512;
+  a.atime_ns = rec.atime_ns;
+  a.mtime_ns = rec.mtime_ns;
+  a.ctime_ns = rec.ctime_ns;
+  a.generation = rec.generation;
+  return a;
+}
+
+Status FileSystem::Impl::FlushDevices() {
+  for (uint32_t d = 0; d < io_.device_count(); ++d) {
+    KVFS_RETURN_IF_ERROR(io_.FlushSync(d));
+  }
+  return Status::OK();
+}
+
+Result<InodeRef> FileSystem::Impl::GetInode(uint64_t ino) {
+  {
+    std::lock_guard<std::mutex> l(table_mu_);
+    auto it = inodes_.find(ino);
+    if (it != inodes_.end()) return it->second;
+  }
+  // Not in memory, so nothing about it is pending: the index is current.
+  KVFS_ASSIGN_OR_RETURN(index::Inode rec, volume_.index().GetInode(ino));
+  auto state = std::make_shared<InodeState>(rec);
+  state->durable_size = rec.size;
+  for (const index::FileExtent& fe : rec.extents) {
+    uint64_t ci = fe.file_off / kChunkBytes;
+    if (fe.file_off + fe.ext.len > (ci + 1) * kChunkBytes) {
+      return Status::Error(EUCLEAN, "inode " + std::to_string(ino) + ": extent at file offset " +
+                                        std::to_string(fe.file_off) +
+                                        " crosses a chunk boundary (run fsck.kvfs)");
+    }
+    state->chunks[ci].extents.push_back(fe);
+  }
+  state->rec.extents.clear();
+  std::lock_guard<std::mutex> l(table_mu_);
+  auto [it, inserted] = inodes_.emplace(ino, state);
+  return it->second;  // another thread may have loaded it first: use theirs
+}
+
+void FileSystem::Impl::MaybeEvict(const InodeRef& inode) {
+  if (inode->lookups == 0 && inode->opens == 0 && inode->pending_changes == 0 &&
+      inode->rec.ino != kRootIno) {
+    auto it = inodes_.find(inode->rec.ino);
+    if (it != inodes_.end() && it->second == inode) inodes_.erase(it);
+  }
+}
+
+std::shared_ptr<Change> FileSystem::Impl::NewChange() { return std::make_shared<Change>(); }
+
+void FileSystem::Impl::Enqueue(const std::shared_ptr<Change>& c) {
+  {
+    std::lock_guard<std::mutex> l(table_mu_);
+    for (auto& i : c->inodes) i->pending_changes++;
+    for (auto& i : c->deletes) i->pending_changes++;
+  }
+  committer_->Enqueue(c);
+}
+
+void FileSystem::Impl::SetPendingEntry(uint64_t parent, std::string_view name, uint64_t child) {
+  PendingEntry& e = pending_entries_[{parent, std::string(name)}];
+  e.child = child;
+  e.pending++;
+}
+
+std::shared_ptr<Change> FileSystem::Impl::QueueDataChange(const InodeRef& inode, bool sync) {
+  auto c = NewChange();
+  c->inodes.push_back(inode);
+  c->sync = sync;
+  if (inode->inflight_writes > 0) {
+    c->gates = 1;
+    inode->gated.push_back(c);
+  }
+  return c;  // the caller adds waiters, then Enqueue()s
+}
+
+// Captures the live record of `inode` for the index. The size is held back
+// to the start of the first chunk past the last captured size whose new data
+// is not written yet, so a crash never shows a grown file with a hole where
+// unwritten data should be. REQUIRES: inode->mu held.
+static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
+  index::Inode r = x.rec;
+  r.extents.clear();
+  if (x.is_reg()) {
+    uint64_t size = x.rec.size;
+    const uint64_t durable = x.durable_size;
+    for (const auto& [ci, cs] : x.chunks) {
+      if ((cs.staged || cs.inflight) && (ci + 1) * kChunkBytes > durable) {
+        size = std::min(size, std::max(durable, ci * kChunkBytes));
+        break;
+      }
+    }
+    const uint64_t limit = AlignUp(size, kBlockSize);
+    for (const auto& [ci, cs] : x.chunks) {
+      for (const index::FileExtent& fe : cs.extents) {
+        if (fe.file_off + fe.ext.len <= limit) r.extents.push_back(fe);
+      }
+    }
+    r.size = size;
+    x.durable_size = size;
+  }
+  frees->insert(frees->end(), x.free_pending.begin(), x.free_pending.end());
+  x.free_pending.clear();
+  x.data_change_queued = false;
+  return r;
+}
+
+void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
+  for (const EntryOp& op : c.entry_ops) {
+    if (op.child) {
+      batch.PutEntry(op.parent, op.name, op.child);
+    } else {
+      batch.DeleteEntry(op.parent, op.name);
+    }
+  }
+  for (auto& inode : c.inodes) {
+    std::vector<Extent> frees;
+    index::Inode rec;
+    {
+      std::lock_guard<std::mutex> l(inode->mu);
+      rec = CaptureRecord(*inode, &frees);
+    }
+    batch.PutInode(rec);
+    if (!frees.empty()) c.frees.emplace_back(inode, std::move(frees));
+  }
+  for (auto& inode : c.deletes) {
+    std::vector<Extent> frees;
+    {
+      std::lock_guard<std::mutex> l(inode->mu);
+      for (auto& [ci, cs] : inode->chunks) {
+        for (const auto& fe : cs.extents) frees.push_back(fe.ext);
+        cs.extents.clear();
+      }
+      frees.insert(frees.end(), inode->free_pending.begin(), inode->free_pending.end());
+      inode->free_pending.clear();
+    }
+    batch.DeleteInode(inode->rec.ino);
+    if (!frees.empty()) c.frees.emplace_back(inode, std::move(frees));
+  }
+  for (uint64_t ino : c.orphan_puts) batch.PutOrphan(ino);
+  for (uint64_t ino : c.orphan_deletes) batch.DeleteOrphan(ino);
+}
+
+void FileSystem::Impl::ChangeCommitted(Change& c, Status st) {
+  if (st.ok()) {
+    for (auto& [inode, extents] : c.frees) FreeAfterReads(inode, std::move(extents));
+  } else if (!c.frees.empty()) {
+    // The index may still name them: leaking space is safe, freeing is not.
+    spdlog::error("commit failed; {} extent list(s) stay allocated until remount",
+                  c.frees.size());
+  }
+  c.frees.clear();
+  if (!c.entry_ops.empty()) {
+    std::lock_guard<std::mutex> l(ns_mu_);
+    for (const EntryOp& op : c.entry_ops) {
+      auto it = pending_entries_.find(std::make_pair(op.parent, op.name));
+      if (it != pending_entries_.end() && --it->second.pending == 0) pending_entries_.erase(it);
+    }
+  }
+  std::lock_guard<std::mutex> l(table_mu_);
+  for (auto& i : c.inodes) {
+    i->pending_changes--;
+    MaybeEvict(i);
+  }
+  for (auto& i : c.deletes) {
+    i->pending_changes--;
+    MaybeEvict(i);
+  }
+  c.inodes.clear();
+  c.deletes.clear();
+}
+
+void FileSystem::Impl::FreeNow(const std::vector<Extent>& extents) {
+  if (extents.empty()) return;
+  Status st = volume_.Free(extents);
+  if (!st.ok()) spdlog::error("freeing space: {} (this is a kvfs bug)", st.ToString());
+}
+
+void FileSystem::Impl::FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents) {
+  {
+    std::lock_guard<std::mutex> l(inode->mu);
+    if (inode->reads_inflight > 0) {
+      inode->free_after_reads.insert(inode->free_after_reads.end(), extents.begin(),
+                                     extents.end());
+      return;
+    }
+  }
+  FreeNow(extents);
+}
+
+void FileSystem::Impl::FinishDeviceRead(const InodeRef& inode) {
+  std::vector<Extent> frees;
+  {
+    std::lock_guard<std::mutex> l(inode->mu);
+    if (--inode->reads_inflight == 0) frees.swap(inode->free_after_reads);
+  }
+  FreeNow(frees);
+  std::lock_guard<std::mutex> l(table_mu_);
+  inode->pending_changes--;
+  MaybeEvict(inode);
+}
+
+Status FileSystem::Impl::FlushAll() {
+  std::vector<InodeRef> all;
+  {
+    std::lock_guard<std::mutex> l(table_mu_);
+    for (auto& [ino, i] : inodes_) all.push_back(i);
+  }
+  for (auto& i : all) {
+    std::unique_lock<std::mutex> l(i->mu);
+    if (!i->is_reg()) continue;
+    SubmitAllStaged(i);
+    if (i->inflight_writes > 0 || i->data_change_queued) {
+      auto c = QueueDataChange(i, false);
+      l.unlock();
+      Enqueue(c);
+    }
+  }
+  return committer_->Drain(false);
+}
+
+Status FileSystem::Impl::Shutdown() {
+  if (shut_down_) return Status::OK();
+  Status st = FlushAll();
+  Status synced = committer_->Drain(true);
+  shut_down_ = true;
+  if (!st.ok()) return st;
+  return synced;
+}
+
+FsStats FileSystem::Impl::StatFs() {
+  volume::SpaceStats s = volume_.space();
+  FsStats f;
+  f.block_size = kBlockSize;
+  f.total_blocks = s.total_bytes / kBlockSize;
+  f.free_blocks = s.free_bytes / kBlockSize;
+  // Inodes are index records, limited only by space for data.
+  f.files = f.total_blocks;
+  f.free_files = f.free_blocks;
+  f.name_max = kMaxNameLen;
+  return f;
+}
+
+// ----------------------------------------------------------------- FileSystem
+
+FileSystem::FileSystem(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+FileSystem::~FileSystem() = default;
+
+Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
+                                                       const FileSystemOptions& options) {
+  if (volume.read_only()) return Status::Error(EROFS, "FileSystem needs a read-write volume");
+  auto impl = std::make_unique<Impl>(volume, options);
+  KVFS_ASSIGN_OR_RETURN(InodeRef root, impl->GetInode(kRootIno));
+  {
+    std::lock_guard<std::mutex> l(impl->table_mu_);
+    root->lookups = 1;  // the kernel's reference, never forgotten
+  }
+  return std::unique_ptr<FileSystem>(new FileSystem(std::move(impl)));
+}
+
+Status FileSystem::Shutdown() { return impl_->Shutdown(); }
+Result<Attr> FileSystem::Lookup(uint64_t p, std::string_view n) { return impl_->Lookup(p, n); }
+void FileSystem::Forget(uint64_t ino, uint64_t n) { impl_->Forget(ino, n); }
+Result<Attr> FileSystem::GetAttr(uint64_t ino) { return impl_->GetAttr(ino); }
+Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t) {
+  return impl_->SetAttr(ino, req);
+}
+Result<Attr> FileSystem::MkDir(uint64_t p, std::string_view n, uint32_t mode, const Caller& c) {
+  return impl_->MkDir(p, n, mode, c);
+}
+Status FileSystem::RmDir(uint64_t p, std::string_view n) { return impl_->RmDir(p, n); }
+Status FileSystem::Unlink(uint64_t p, std::string_view n) { return impl_->Unlink(p, n); }
+Status FileSystem::Rename(uint64_t p, std::string_view n, uint64_t np, std::string_view nn,
+                          unsigned flags) {
+  return impl_->Rename(p, n, np, nn, flags);
+}
+Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, uint32_t mode,
+                                               int flags, const Caller& c) {
+  return impl_->Create(p, n, mode, flags, c);
+}
+Result<uint64_t> FileSystem::Open(uint64_t ino, int flags) { return impl_->Open(ino, flags); }
+void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done) {
+  impl_->Read(fh, off, size, std::move(done));
+}
+Result<size_t> FileSystem::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
+  return impl_->Write(fh, off, data);
+}
+Status FileSystem::Flush(uint64_t fh) { return impl_->Flush(fh); }
+void FileSystem::Release(uint64_t fh) { impl_->Release(fh); }
+void FileSystem::Fsync(uint64_t fh, bool, std::function<void(Status)> done) {
+  impl_->Fsync(fh, std::move(done));
+}
+Status FileSystem::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len) {
+  return impl_->Fallocate(fh, mode, off, len);
+}
+Result<uint64_t> FileSystem::OpenDir(uint64_t ino) { return impl_->OpenDir(ino); }
+Status FileSystem::ReadDir(
+    uint64_t dh, uint64_t off,
+    const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn) {
+  return impl_->ReadDir(dh, off, fn);
+}
+void FileSystem::ReleaseDir(uint64_t dh) { impl_->ReleaseDir(dh); }
+FsStats FileSystem::StatFs() { return impl_->StatFs(); }
+Status FileSystem::FlushAll() { return impl_->FlushAll(); }
+
+}  // namespace kvfs::fs

@@ -1,0 +1,167 @@
+// FileSystem: kvfs's POSIX semantics over a Volume, with no FUSE types.
+//
+// fuse/ decodes kernel requests, calls these methods and replies; tests drive
+// them in-process. Inode numbers are the index's (kRootIno is the root).
+//
+// Write-behind, ordered (DESIGN.md "Semantics the connectors rely on"):
+//   - Write() copies into a staging buffer from the volume's registered pool
+//     and returns; full chunks go to the device at once, the rest at
+//     Flush()/Fsync(). The pool is the bound on staged memory: a writer blocks
+//     while it is exhausted (and staged chunks are pushed out meanwhile).
+//   - New data always goes to free extents; live extents are never
+//     overwritten. Every metadata change (create, a file's new extents and
+//     size, rename, unlink, ...) is queued in the order the calls happened and
+//     committed to the index in that order, each only after every data write
+//     it depends on has completed and the devices have been flushed. So after
+//     a crash a name never points at unwritten or half-written data, and what
+//     is visible is a prefix of what happened.
+//   - Fsync() returns after the file's data, the index (synced WAL) and the
+//     device caches are durable, or with EIO if a background write of the file
+//     failed. Flush() (close) returns an error already known for the file.
+//   - An unlinked file that is still open stays usable through its handles;
+//     its space is freed after the last Release().
+//
+// Permission bits are enforced by the kernel (default_permissions); this layer
+// checks only what the kernel cannot (name length, types, emptiness, loops).
+//
+// Thread safety: every method may be called from any thread concurrently.
+// Callbacks (`done`) run exactly once, on an engine or committer thread or
+// inline before the method returns; they must not block on I/O.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "volume/volume.h"
+
+namespace kvfs::fs {
+
+struct Caller {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  pid_t pid = 0;
+};
+
+struct Attr {
+  uint64_t ino = 0;
+  uint32_t mode = 0;
+  uint32_t nlink = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;
+  uint64_t blocks = 0;  // 512-byte units allocated
+  int64_t atime_ns = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  uint64_t generation = 0;
+};
+
+struct SetAttrRequest {
+  std::optional<uint32_t> mode;  // permission bits only
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<uint64_t> size;  // truncate (grow or shrink)
+  std::optional<int64_t> atime_ns;
+  std::optional<int64_t> mtime_ns;
+  bool atime_now = false;
+  bool mtime_now = false;
+};
+
+struct FsStats {
+  uint64_t block_size = 4096;
+  uint64_t total_blocks = 0;
+  uint64_t free_blocks = 0;
+  uint64_t files = 0;       // inodes in use (approximate)
+  uint64_t free_files = 0;  // inodes still available
+  uint32_t name_max = 255;
+};
+
+struct FileSystemOptions {
+  // Commit a group of changes at most this often when nothing waits for it
+  // (fsync commits at once).
+  unsigned commit_interval_ms = 5;
+};
+
+class FileSystem {
+ public:
+  // `volume` must be open read-write and outlive the FileSystem.
+  static Result<std::unique_ptr<FileSystem>> Create(volume::Volume& volume,
+                                                    const FileSystemOptions& options);
+  // Writes out everything staged, commits it and syncs (as Shutdown()).
+  ~FileSystem();
+  // Writes out all staged data, commits every queued change with a synced
+  // WAL and flushed devices. Returns the first error. Idempotent.
+  Status Shutdown();
+
+  // --- Namespace. Lookup, Create and MkDir add one to the kernel lookup
+  // count of the inode they return; Forget() subtracts.
+  Result<Attr> Lookup(uint64_t parent, std::string_view name);
+  void Forget(uint64_t ino, uint64_t nlookup);
+  Result<Attr> GetAttr(uint64_t ino);
+  // `fh` is the handle the change came through, or 0.
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t fh);
+  Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
+  Status RmDir(uint64_t parent, std::string_view name);
+  Status Unlink(uint64_t parent, std::string_view name);
+  // flags: 0 or RENAME_NOREPLACE; RENAME_EXCHANGE/WHITEOUT -> EINVAL.
+  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                std::string_view new_name, unsigned flags);
+
+  // --- Regular files. Handles are opaque non-zero numbers.
+  struct Created {
+    Attr attr;
+    uint64_t fh = 0;
+  };
+  // open(O_CREAT) of a new name: EEXIST if it exists (the kernel sends
+  // Lookup+Open for an existing one).
+  Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
+                         const Caller& caller);
+  // O_TRUNC truncates to 0. EISDIR for a directory.
+  Result<uint64_t> Open(uint64_t ino, int flags);
+  // `data` is valid only during the callback; shorter than `size` at EOF.
+  using ReadDone = std::function<void(Status, std::span<const char> data)>;
+  void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done);
+  // Copies `data` into staging. Returns bytes accepted (all of them) or an
+  // error (ENOSPC when the volume is full, EIO after a failed write-behind,
+  // EBADF for a read-only handle).
+  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
+  // close(2) of one descriptor: starts writing out the file's staged data
+  // and returns the first background error known for the file.
+  Status Flush(uint64_t fh);
+  // Last close of a handle.
+  void Release(uint64_t fh);
+  void Fsync(uint64_t fh, bool datasync, std::function<void(Status)> done);
+  // mode 0 only (EOPNOTSUPP otherwise): extends the file to off+len.
+  Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len);
+
+  // --- Directories. Offsets are positions in a listing taken at the
+  // OpenDir() (so they are stable while entries change); 0 is the start,
+  // "." and ".." come first.
+  Result<uint64_t> OpenDir(uint64_t ino);
+  // Calls fn(name, ino, mode, next_off) from `off` until fn returns false.
+  Status ReadDir(uint64_t dh, uint64_t off,
+                 const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn);
+  void ReleaseDir(uint64_t dh);
+
+  FsStats StatFs();
+
+  // Writes out all staged data and commits (not synced). For drop_cache.
+  Status FlushAll();
+
+  // Implementation details follow.
+  class Impl;
+
+ private:
+  explicit FileSystem(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvfs::fs

@@ -1,0 +1,149 @@
+// FileSystem::Impl: state shared by namespace_ops.cc, file_ops.cc and
+// file_system.cc. Internal to fs/.
+#pragma once
+
+#include <fcntl.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fs/committer.h"
+#include "fs/file_system.h"
+#include "fs/inode_state.h"
+
+namespace kvfs::fs {
+
+using InodeRef = std::shared_ptr<InodeState>;
+
+struct Handle {
+  InodeRef inode;
+  int flags = 0;
+  bool writable() const { return (flags & O_ACCMODE) != O_RDONLY; }
+};
+
+struct DirHandle {
+  uint64_t ino = 0;
+  struct Item {
+    std::string name;
+    uint64_t ino;
+    uint32_t mode;
+  };
+  std::vector<Item> items;  // snapshot taken at OpenDir
+};
+
+// An entry changed by a queued change that is not committed yet.
+struct PendingEntry {
+  uint64_t child = 0;  // 0: deleted
+  int pending = 0;     // queued changes that set it
+};
+
+class FileSystem::Impl {
+ public:
+  Impl(volume::Volume& volume, const FileSystemOptions& options);
+  ~Impl();
+
+  // --- file_system.cc
+  Status Shutdown();
+  Status FlushAll();
+  FsStats StatFs();
+  static Attr ToAttr(const index::Inode& rec);
+  static int64_t NowNs();
+
+  // --- namespace_ops.cc
+  Result<Attr> Lookup(uint64_t parent, std::string_view name);
+  void Forget(uint64_t ino, uint64_t nlookup);
+  Result<Attr> GetAttr(uint64_t ino);
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
+  Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
+  Status RmDir(uint64_t parent, std::string_view name);
+  Status Unlink(uint64_t parent, std::string_view name);
+  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                std::string_view new_name, unsigned flags);
+  Result<uint64_t> OpenDir(uint64_t ino);
+  Status ReadDir(uint64_t dh, uint64_t off,
+                 const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn);
+  void ReleaseDir(uint64_t dh);
+
+  // --- file_ops.cc
+  Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
+                         const Caller& caller);
+  Result<uint64_t> Open(uint64_t ino, int flags);
+  void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done);
+  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
+  Status Flush(uint64_t fh);
+  void Release(uint64_t fh);
+  void Fsync(uint64_t fh, std::function<void(Status)> done);
+  Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len);
+
+ private:
+  friend class FileSystem;
+
+  // Inode table. Returns the live state, loading it from the index.
+  Result<InodeRef> GetInode(uint64_t ino);
+  // REQUIRES: ns_mu_ held. The child of (parent, name), overlay first.
+  Result<uint64_t> ResolveEntry(uint64_t parent, std::string_view name);
+  // Drops the table's reference when nothing pins the inode any more.
+  void MaybeEvict(const InodeRef& inode);  // REQUIRES: table_mu_ held
+
+  // Changes. REQUIRES for Queue*: ns_mu_ held when entry ops are involved,
+  // so the overlay and the queue agree on order.
+  std::shared_ptr<Change> NewChange();
+  void Enqueue(const std::shared_ptr<Change>& c);
+  void SetPendingEntry(uint64_t parent, std::string_view name, uint64_t child);  // REQUIRES: ns_mu_
+  // Queues a change that captures `inode`'s data once every write in flight
+  // now has completed. REQUIRES: inode->mu held.
+  std::shared_ptr<Change> QueueDataChange(const InodeRef& inode, bool sync);
+  // Committer callbacks.
+  void BuildChange(Change& c, index::WriteBatch& batch);
+  void ChangeCommitted(Change& c, Status st);
+  Status FlushDevices();
+
+  // Data path helpers, REQUIRES: inode->mu held unless said otherwise.
+  Status StageChunk(const InodeRef& inode, std::unique_lock<std::mutex>& lock, uint64_t ci,
+                    uint64_t write_lo, uint64_t write_hi);
+  void SubmitChunk(const InodeRef& inode, uint64_t ci);
+  void SubmitAllStaged(const InodeRef& inode);
+  void OnChunkWritten(const InodeRef& inode, uint64_t ci, std::shared_ptr<ChunkBuf> cb,
+                      Status st);
+  void TruncateData(const InodeRef& inode, uint64_t new_size);
+  void FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents);
+  void FinishDeviceRead(const InodeRef& inode);  // a device read finished (takes mu)
+  // Frees extents in the allocator now; logs a double free.
+  void FreeNow(const std::vector<Extent>& extents);
+  // Pool buffer for staging; pushes staged chunks out while none is free.
+  device::PoolBuffer AcquireBuffer();
+  // Last name and last handle gone: the record goes away with this change.
+  void MarkDeletedIfUnused(const InodeRef& inode, Change& c);  // REQUIRES: mu
+
+  volume::Volume& volume_;
+  device::BlockIo& io_;
+  device::BufferPool& pool_;
+  const FileSystemOptions options_;
+
+  // Namespace lock: serializes namespace changes and the overlay.
+  std::mutex ns_mu_;
+  std::map<std::pair<uint64_t, std::string>, PendingEntry, std::less<>> pending_entries_;  // GUARDED_BY(ns_mu_)
+
+  std::mutex table_mu_;
+  std::unordered_map<uint64_t, InodeRef> inodes_;  // GUARDED_BY(table_mu_)
+
+  std::mutex handles_mu_;
+  std::unordered_map<uint64_t, Handle> handles_;                         // GUARDED_BY(handles_mu_)
+  std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> dir_handles_;  // GUARDED_BY(handles_mu_)
+  std::atomic<uint64_t> next_fh_{1};
+
+  // All InodeStates with staged chunks, for pushing out under pressure.
+  std::mutex staged_mu_;
+  std::unordered_map<uint64_t, std::weak_ptr<InodeState>> staged_inodes_;  // GUARDED_BY(staged_mu_)
+
+  std::atomic<uint64_t> live_inodes_{0};
+  std::unique_ptr<Committer> committer_;
+  bool shut_down_ = false;
+};
+
+}  // namespace kvfs::fs

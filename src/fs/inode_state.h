@@ -1,0 +1,81 @@
+// InodeState: the in-memory, live view of one inode, ahead of the index.
+//
+// The index holds what has been committed; an InodeState holds what the
+// calls so far have made of the inode: live metadata, a regular file's data
+// as per-chunk state (staged buffer, in-flight buffer, installed extents),
+// and what must happen once queued changes commit. fs/ keeps an InodeState
+// while the kernel knows the inode (lookup count), it is open, or a queued
+// change still refers to it.
+//
+// File data is handled in chunks of kChunkBytes at chunk-aligned file
+// offsets. A chunk's installed extents cover [chunk start, chunk start +
+// AlignUp(content, 4 KiB)); a chunk never shares an extent with another.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/extent.h"
+#include "device/buffer_pool.h"
+#include "index/records.h"
+
+namespace kvfs::fs {
+
+inline constexpr uint64_t kChunkBytes = 1 << 20;
+
+struct Change;
+
+// One version of a chunk's content in a pool buffer. Immutable once it is
+// in flight; bytes past `valid` are zero.
+struct ChunkBuf {
+  device::PoolBuffer buf;
+  uint64_t valid = 0;          // content bytes from the chunk start
+  std::vector<Extent> alloc;   // space reserved for this version
+  uint64_t seq = 0;            // orders versions of one chunk
+  uint64_t trunc_epoch = 0;    // a truncate since then makes it obsolete
+};
+
+struct ChunkState {
+  std::shared_ptr<ChunkBuf> staged;    // written by write(), not yet submitted
+  std::shared_ptr<ChunkBuf> inflight;  // newest version being written
+  std::vector<index::FileExtent> extents;  // installed (written) version
+  uint64_t installed_seq = 0;
+  bool empty() const { return !staged && !inflight && extents.empty(); }
+};
+
+struct InodeState {
+  explicit InodeState(index::Inode r) : rec(std::move(r)) {}
+  bool is_dir() const { return (rec.mode & S_IFMT) == S_IFDIR; }
+  bool is_reg() const { return (rec.mode & S_IFMT) == S_IFREG; }
+
+  // Lock order: FileSystem::Impl::ns_mu_ before mu; mu before the
+  // committer's lock. Never held while waiting for I/O, except the
+  // read-modify-write of a partly overwritten chunk (rare).
+  std::mutex mu;
+
+  // Live metadata. rec.extents is unused: chunks hold the data.
+  index::Inode rec;                                     // GUARDED_BY(mu)
+  std::map<uint64_t, ChunkState> chunks;                // by chunk index; GUARDED_BY(mu)
+  uint64_t durable_size = 0;   // size in the last captured record; GUARDED_BY(mu)
+  std::vector<Extent> free_pending;  // replaced; freed after the next capture commits
+  std::vector<Extent> free_after_reads;  // committed-free, waiting for readers
+  int inflight_writes = 0;                              // GUARDED_BY(mu)
+  int reads_inflight = 0;                               // GUARDED_BY(mu)
+  std::vector<std::shared_ptr<Change>> gated;  // wait for inflight_writes == 0
+  int write_error = 0;  // first errno of a failed write-behind; GUARDED_BY(mu)
+  uint64_t trunc_epoch = 0;                             // GUARDED_BY(mu)
+  uint64_t chunk_seq = 0;                               // GUARDED_BY(mu)
+  bool data_change_queued = false;                      // GUARDED_BY(mu)
+  bool deleted = false;  // no name and no handle: record goes away; GUARDED_BY(mu)
+  bool orphan = false;   // no name, still open; GUARDED_BY(mu)
+
+  // GUARDED_BY(FileSystem::Impl::table_mu_)
+  uint64_t lookups = 0;
+  int opens = 0;
+  int pending_changes = 0;
+};
+
+}  // namespace kvfs::fs

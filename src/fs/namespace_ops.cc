@@ -1,0 +1,375 @@
+// Namespace operations: lookup, attributes, mkdir/rmdir, unlink, rename,
+// directory listings. Each change is applied to the live state under ns_mu_
+// and queued for the index in the same order.
+#include <linux/fs.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <set>
+
+#include "common/format.h"
+#include "fs/file_system_impl.h"
+
+namespace kvfs::fs {
+
+namespace {
+
+Status CheckName(std::string_view name) {
+  if (name.size() > kMaxNameLen) {
+    return Status::Error(ENAMETOOLONG, "name of " + std::to_string(name.size()) + " bytes");
+  }
+  if (name.empty() || name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
+    return Status::Error(EINVAL, "invalid name");
+  }
+  return Status::OK();
+}
+
+bool IsDotName(std::string_view name) { return name == "." || name == ".."; }
+
+}  // namespace
+
+Result<uint64_t> FileSystem::Impl::ResolveEntry(uint64_t parent, std::string_view name) {
+  auto it = pending_entries_.find(std::make_pair(parent, std::string(name)));
+  if (it != pending_entries_.end()) {
+    if (it->second.child == 0) return Status::Error(ENOENT, std::string(name));
+    return it->second.child;
+  }
+  return volume_.index().LookupEntry(parent, name);
+}
+
+Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
+  if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
+  InodeRef child;
+  {
+    std::lock_guard<std::mutex> ns(ns_mu_);
+    KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+    if (!p->is_dir()) return Status::Error(ENOTDIR, "lookup");
+    uint64_t ino;
+    if (name == ".") {
+      ino = parent;
+    } else if (name == "..") {
+      std::lock_guard<std::mutex> l(p->mu);
+      ino = p->rec.parent ? p->rec.parent : kRootIno;
+    } else {
+      KVFS_ASSIGN_OR_RETURN(ino, ResolveEntry(parent, name));
+    }
+    KVFS_ASSIGN_OR_RETURN(child, GetInode(ino));
+    std::lock_guard<std::mutex> t(table_mu_);
+    child->lookups++;
+  }
+  std::lock_guard<std::mutex> l(child->mu);
+  return ToAttr(child->rec);
+}
+
+void FileSystem::Impl::Forget(uint64_t ino, uint64_t nlookup) {
+  std::lock_guard<std::mutex> t(table_mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  InodeRef i = it->second;
+  i->lookups = nlookup >= i->lookups ? 0 : i->lookups - nlookup;
+  if (ino == kRootIno) i->lookups = std::max<uint64_t>(i->lookups, 1);
+  MaybeEvict(i);
+}
+
+Result<Attr> FileSystem::Impl::GetAttr(uint64_t ino) {
+  KVFS_ASSIGN_OR_RETURN(InodeRef i, GetInode(ino));
+  std::lock_guard<std::mutex> l(i->mu);
+  return ToAttr(i->rec);
+}
+
+Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
+  KVFS_ASSIGN_OR_RETURN(InodeRef i, GetInode(ino));
+  std::unique_lock<std::mutex> l(i->mu);
+  if (i->deleted) return Status::Error(ENOENT, "setattr");
+  const int64_t now = NowNs();
+  if (req.size) {
+    if (i->is_dir()) return Status::Error(EISDIR, "truncate");
+    if (*req.size != i->rec.size) {
+      TruncateData(i, *req.size);
+      i->rec.mtime_ns = now;
+    }
+  }
+  if (req.mode) i->rec.mode = (i->rec.mode & S_IFMT) | (*req.mode & 07777);
+  if (req.uid) i->rec.uid = *req.uid;
+  if (req.gid) i->rec.gid = *req.gid;
+  if (req.atime_now) i->rec.atime_ns = now;
+  else if (req.atime_ns) i->rec.atime_ns = *req.atime_ns;
+  if (req.mtime_now) i->rec.mtime_ns = now;
+  else if (req.mtime_ns) i->rec.mtime_ns = *req.mtime_ns;
+  i->rec.ctime_ns = now;
+  Attr a = ToAttr(i->rec);
+  auto c = NewChange();
+  c->inodes.push_back(i);
+  l.unlock();
+  Enqueue(c);
+  return a;
+}
+
+Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uint32_t mode,
+                                     const Caller& caller) {
+  KVFS_RETURN_IF_ERROR(CheckName(name));
+  if (IsDotName(name)) return Status::Error(EEXIST, "mkdir");
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+  if (!p->is_dir()) return Status::Error(ENOTDIR, "mkdir");
+  auto existing = ResolveEntry(parent, name);
+  if (existing.ok()) return Status::Error(EEXIST, "mkdir");
+  if (existing.status().code() != ENOENT) return existing.status();
+
+  const int64_t now = NowNs();
+  index::Inode rec;
+  rec.ino = volume_.index().AllocateIno();
+  rec.mode = S_IFDIR | (mode & 07777);
+  rec.uid = caller.uid;
+  rec.gid = caller.gid;
+  rec.nlink = 2;
+  rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
+  rec.generation = 1;
+  rec.parent = parent;
+  auto dir = std::make_shared<InodeState>(rec);
+  {
+    std::lock_guard<std::mutex> l(p->mu);
+    if (p->deleted) return Status::Error(ENOENT, "mkdir in a removed directory");
+    p->rec.size++;
+    p->rec.nlink++;
+    p->rec.mtime_ns = p->rec.ctime_ns = now;
+  }
+  {
+    std::lock_guard<std::mutex> t(table_mu_);
+    dir->lookups = 1;
+    inodes_.emplace(rec.ino, dir);
+  }
+  auto c = NewChange();
+  c->entry_ops.push_back({parent, std::string(name), rec.ino});
+  c->inodes = {dir, p};
+  SetPendingEntry(parent, name, rec.ino);
+  Enqueue(c);
+  return ToAttr(rec);
+}
+
+Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
+  if (name == ".") return Status::Error(EINVAL, "rmdir .");
+  if (name == "..") return Status::Error(ENOTEMPTY, "rmdir ..");
+  KVFS_RETURN_IF_ERROR(CheckName(name));
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+  if (!p->is_dir()) return Status::Error(ENOTDIR, "rmdir");
+  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
+  KVFS_ASSIGN_OR_RETURN(InodeRef d, GetInode(ino));
+  const int64_t now = NowNs();
+  {
+    std::lock_guard<std::mutex> l(d->mu);
+    if (!d->is_dir()) return Status::Error(ENOTDIR, "rmdir");
+    if (d->rec.size > 0) return Status::Error(ENOTEMPTY, "rmdir");
+    d->rec.nlink = 0;
+    d->deleted = true;
+  }
+  {
+    std::lock_guard<std::mutex> l(p->mu);
+    p->rec.size--;
+    p->rec.nlink--;
+    p->rec.mtime_ns = p->rec.ctime_ns = now;
+  }
+  auto c = NewChange();
+  c->entry_ops.push_back({parent, std::string(name), 0});
+  c->inodes = {p};
+  c->deletes = {d};
+  SetPendingEntry(parent, name, 0);
+  Enqueue(c);
+  return Status::OK();
+}
+
+// Drops one name of `victim` (a regular file or an empty directory) inside a
+// change: orphan if still open, deleted otherwise. REQUIRES: ns_mu_ held.
+static void DropLink(InodeState& v, const InodeRef& ref, Change& c, bool open, int64_t now) {
+  std::lock_guard<std::mutex> l(v.mu);
+  v.rec.nlink = 0;
+  v.rec.ctime_ns = now;
+  if (open) {
+    v.orphan = true;
+    c.inodes.push_back(ref);
+    c.orphan_puts.push_back(v.rec.ino);
+  } else {
+    v.deleted = true;
+    c.deletes.push_back(ref);
+  }
+}
+
+Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name) {
+  KVFS_RETURN_IF_ERROR(CheckName(name));
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+  if (!p->is_dir()) return Status::Error(ENOTDIR, "unlink");
+  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
+  KVFS_ASSIGN_OR_RETURN(InodeRef v, GetInode(ino));
+  if (v->is_dir()) return Status::Error(EISDIR, "unlink");
+  const int64_t now = NowNs();
+  bool open;
+  {
+    std::lock_guard<std::mutex> t(table_mu_);
+    open = v->opens > 0;
+  }
+  auto c = NewChange();
+  c->entry_ops.push_back({parent, std::string(name), 0});
+  DropLink(*v, v, *c, open, now);
+  {
+    std::lock_guard<std::mutex> l(p->mu);
+    p->rec.size--;
+    p->rec.mtime_ns = p->rec.ctime_ns = now;
+  }
+  c->inodes.push_back(p);
+  SetPendingEntry(parent, name, 0);
+  Enqueue(c);
+  return Status::OK();
+}
+
+Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                                std::string_view new_name, unsigned flags) {
+  if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
+    return Status::Error(EINVAL, "rename: only RENAME_NOREPLACE is supported");
+  }
+  KVFS_RETURN_IF_ERROR(CheckName(name));
+  KVFS_RETURN_IF_ERROR(CheckName(new_name));
+  if (IsDotName(name) || IsDotName(new_name)) return Status::Error(EINVAL, "rename . or ..");
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+  KVFS_ASSIGN_OR_RETURN(InodeRef np, GetInode(new_parent));
+  if (!p->is_dir() || !np->is_dir()) return Status::Error(ENOTDIR, "rename");
+  KVFS_ASSIGN_OR_RETURN(uint64_t src, ResolveEntry(parent, name));
+  KVFS_ASSIGN_OR_RETURN(InodeRef x, GetInode(src));
+  InodeRef y;
+  auto dst = ResolveEntry(new_parent, new_name);
+  if (dst.ok()) {
+    if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, "rename");
+    if (*dst == src) return Status::OK();  // same file: nothing to do
+    KVFS_ASSIGN_OR_RETURN(y, GetInode(*dst));
+    if (x->is_dir() && !y->is_dir()) return Status::Error(ENOTDIR, "rename");
+    if (!x->is_dir() && y->is_dir()) return Status::Error(EISDIR, "rename");
+    if (y->is_dir()) {
+      std::lock_guard<std::mutex> l(y->mu);
+      if (y->rec.size > 0) return Status::Error(ENOTEMPTY, "rename");
+    }
+  } else if (dst.status().code() != ENOENT) {
+    return dst.status();
+  }
+  if (x->is_dir() && parent != new_parent) {
+    // Moving a directory below itself would cut it off from the tree.
+    uint64_t a = new_parent;
+    while (a != kRootIno && a != 0) {
+      if (a == src) return Status::Error(EINVAL, "rename: directory into its own subtree");
+      KVFS_ASSIGN_OR_RETURN(InodeRef ai, GetInode(a));
+      std::lock_guard<std::mutex> l(ai->mu);
+      a = ai->rec.parent;
+    }
+  }
+
+  const int64_t now = NowNs();
+  // The new name must not become visible before the data written so far.
+  if (x->is_reg()) {
+    std::unique_lock<std::mutex> l(x->mu);
+    SubmitAllStaged(x);
+    if (x->inflight_writes > 0 || x->data_change_queued) {
+      auto dc = QueueDataChange(x, false);
+      l.unlock();
+      Enqueue(dc);
+    }
+  }
+  auto c = NewChange();
+  c->entry_ops.push_back({parent, std::string(name), 0});
+  c->entry_ops.push_back({new_parent, std::string(new_name), src});
+  if (y) {
+    bool open;
+    {
+      std::lock_guard<std::mutex> t(table_mu_);
+      open = y->opens > 0 && !y->is_dir();
+    }
+    DropLink(*y, y, *c, open, now);
+  }
+  {
+    std::lock_guard<std::mutex> l(x->mu);
+    x->rec.ctime_ns = now;
+    if (x->is_dir()) x->rec.parent = new_parent;
+  }
+  {
+    std::lock_guard<std::mutex> l(p->mu);
+    p->rec.size--;
+    if (x->is_dir() && parent != new_parent) p->rec.nlink--;
+    p->rec.mtime_ns = p->rec.ctime_ns = now;
+  }
+  {
+    std::lock_guard<std::mutex> l(np->mu);
+    if (!y) np->rec.size++;
+    if (x->is_dir() && parent != new_parent) np->rec.nlink++;
+    if (y && y->is_dir()) np->rec.nlink--;
+    np->rec.mtime_ns = np->rec.ctime_ns = now;
+  }
+  c->inodes.push_back(x);
+  c->inodes.push_back(p);
+  if (np != p) c->inodes.push_back(np);
+  SetPendingEntry(parent, name, 0);
+  SetPendingEntry(new_parent, new_name, src);
+  Enqueue(c);
+  return Status::OK();
+}
+
+Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
+  auto dh = std::make_unique<DirHandle>();
+  dh->ino = ino;
+  {
+    std::lock_guard<std::mutex> ns(ns_mu_);
+    KVFS_ASSIGN_OR_RETURN(InodeRef d, GetInode(ino));
+    uint64_t parent;
+    {
+      std::lock_guard<std::mutex> l(d->mu);
+      if (!d->is_dir()) return Status::Error(ENOTDIR, "opendir");
+      parent = d->rec.parent ? d->rec.parent : kRootIno;
+    }
+    // Names changed but not yet committed override the index's listing.
+    std::map<std::string, uint64_t, std::less<>> overlay;
+    auto lo = pending_entries_.lower_bound(std::make_pair(ino, std::string()));
+    for (auto it = lo; it != pending_entries_.end() && it->first.first == ino; ++it) {
+      overlay.emplace(it->first.second, it->second.child);
+    }
+    dh->items.push_back({".", ino, S_IFDIR});
+    dh->items.push_back({"..", parent, S_IFDIR});
+    KVFS_RETURN_IF_ERROR(volume_.index().ListEntries(
+        ino, "", [&](std::string_view name, uint64_t child) {
+          if (overlay.find(name) == overlay.end()) dh->items.push_back({std::string(name), child, 0});
+          return true;
+        }));
+    for (auto& [name, child] : overlay) {
+      if (child) dh->items.push_back({name, child, 0});
+    }
+    std::sort(dh->items.begin() + 2, dh->items.end(),
+              [](const DirHandle::Item& a, const DirHandle::Item& b) { return a.name < b.name; });
+  }
+  uint64_t fh = next_fh_++;
+  std::lock_guard<std::mutex> l(handles_mu_);
+  dir_handles_.emplace(fh, std::move(dh));
+  return fh;
+}
+
+Status FileSystem::Impl::ReadDir(
+    uint64_t dh, uint64_t off,
+    const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn) {
+  DirHandle* d;
+  {
+    std::lock_guard<std::mutex> l(handles_mu_);
+    auto it = dir_handles_.find(dh);
+    if (it == dir_handles_.end()) return Status::Error(EBADF, "readdir");
+    d = it->second.get();  // stays valid: only ReleaseDir removes it
+  }
+  for (uint64_t i = off; i < d->items.size(); ++i) {
+    const auto& item = d->items[i];
+    if (!fn(item.name, item.ino, item.mode, i + 1)) break;
+  }
+  return Status::OK();
+}
+
+void FileSystem::Impl::ReleaseDir(uint64_t dh) {
+  std::lock_guard<std::mutex> l(handles_mu_);
+  dir_handles_.erase(dh);
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,166 @@
+#include "fuse/daemon.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "fuse/ops.h"
+
+namespace kvfs::fuse {
+
+namespace {
+
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+// The connection's parameters, negotiated with the kernel in FUSE_INIT.
+void Init(void* /*userdata*/, fuse_conn_info* conn) {
+  // 1 MiB requests. libfuse derives max_pages (FUSE_MAX_PAGES, kernels
+  // >= 4.20) from max_write: (max_write - 1) / page + 1 = 256 pages; its
+  // receive buffer holds 256 pages, so it clamps max_write to that. Reads
+  // are bounded by the same max_pages and by max_read, which must equal the
+  // max_read mount option (Mount::Create passes it).
+  conn->max_write = kMaxRequestBytes;
+  conn->max_read = kMaxRequestBytes;
+  // Enough background requests (async direct I/O pieces of large reads and
+  // writes) in flight to keep the device queues full.
+  conn->max_background = 128;
+  conn->congestion_threshold = 96;
+  conn->time_gran = 1;
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  // A large direct read or write goes out as several 1 MiB requests at once.
+  if (conn->capable & FUSE_CAP_ASYNC_DIO) conn->want |= FUSE_CAP_ASYNC_DIO;
+  // open(O_TRUNC) arrives as one open with O_TRUNC, not open + setattr.
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  // Chunk data bypasses the page cache (direct_io); never cache writes.
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Let the kernel clear setuid/setgid bits itself (with a setattr), so
+  // fs/ need not on every write.
+  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+  // Locks stay local to the kernel; there is one kernel per volume.
+  conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+  spdlog::info("FUSE protocol {}.{}; max_write {} KiB, max_read {} KiB, max_background {}",
+               conn->proto_major, conn->proto_minor, conn->max_write >> 10, conn->max_read >> 10,
+               conn->max_background);
+}
+
+fuse_lowlevel_ops Operations() {
+  fuse_lowlevel_ops op;
+  std::memset(&op, 0, sizeof(op));
+  op.init = Init;
+  op.lookup = ops::Lookup;
+  op.forget = ops::Forget;
+  op.forget_multi = ops::ForgetMulti;
+  op.getattr = ops::GetAttr;
+  op.setattr = ops::SetAttr;
+  op.mkdir = ops::MkDir;
+  op.mknod = ops::MkNod;
+  op.rmdir = ops::RmDir;
+  op.unlink = ops::Unlink;
+  op.rename = ops::Rename;
+  op.link = ops::Link;
+  op.symlink = ops::Symlink;
+  op.create = ops::Create;
+  op.open = ops::Open;
+  op.read = ops::Read;
+  op.write = ops::Write;
+  op.flush = ops::Flush;
+  op.release = ops::Release;
+  op.fsync = ops::Fsync;
+  op.fallocate = ops::Fallocate;
+  op.opendir = ops::OpenDir;
+  op.readdir = ops::ReadDir;
+  op.releasedir = ops::ReleaseDir;
+  op.fsyncdir = ops::FsyncDir;
+  op.statfs = ops::StatFs;
+  op.ioctl = ops::Ioctl;
+  op.setxattr = ops::SetXattr;
+  op.getxattr = ops::GetXattr;
+  op.listxattr = ops::ListXattr;
+  op.removexattr = ops::RemoveXattr;
+  return op;
+}
+
+}  // namespace
+
+void BlockTerminationSignals() {
+  sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+Result<std::unique_ptr<Mount>> Mount::Create(fs::FileSystem& fs, const MountOptions& options,
+                                             fuse_args* args, const std::string& mountpoint) {
+  std::unique_ptr<Mount> m(new Mount());
+  m->options_ = options;
+  m->state_ = std::make_unique<SessionState>(fs, options.timeouts);
+
+  // The kernel checks mode bits (fs/ checks only what it cannot); max_read
+  // must match what Init() asks for, or libfuse refuses the connection.
+  std::string kernel_opts = "-odefault_permissions,max_read=" + std::to_string(kMaxRequestBytes);
+  // Root mounts serve everyone (connectors often run as another user);
+  // the mode bits still decide who may do what.
+  if (geteuid() == 0) kernel_opts += ",allow_other";
+  if (fuse_opt_add_arg(args, kernel_opts.c_str()) != 0) {
+    return Status::Error(ENOMEM, "fuse_opt_add_arg");
+  }
+
+  const fuse_lowlevel_ops op = Operations();
+  m->se_ = fuse_session_new(args, &op, sizeof(op), m->state_.get());
+  if (m->se_ == nullptr) {
+    return Status::Error(EINVAL, "cannot create the FUSE session (bad mount options?)");
+  }
+  if (fuse_set_signal_handlers(m->se_) != 0) {
+    return Status::Error(EIO, "cannot install signal handlers");
+  }
+  m->signals_set_ = true;
+  if (fuse_session_mount(m->se_, mountpoint.c_str()) != 0) {
+    return Status::Error(EIO, "cannot mount at " + mountpoint);
+  }
+  m->mounted_ = true;
+  return m;
+}
+
+Mount::~Mount() {
+  if (se_ == nullptr) return;
+  if (mounted_) fuse_session_unmount(se_);
+  if (signals_set_) fuse_remove_signal_handlers(se_);
+  fuse_session_destroy(se_);
+}
+
+Status Mount::Run() {
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  if (cfg == nullptr) return Status::Error(ENOMEM, "fuse_loop_cfg_create");
+  fuse_loop_cfg_set_max_threads(cfg, options_.max_threads);
+  fuse_loop_cfg_set_clone_fd(cfg, 0);
+
+  // Termination signals are delivered to this thread only (see daemon.h);
+  // libfuse's worker threads block all signals themselves.
+  sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  int rc = fuse_session_loop_mt(se_, cfg);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  fuse_loop_cfg_destroy(cfg);
+
+  // Reads and fsyncs in flight reply from fs/ callbacks; the session must
+  // live until they have.
+  state_->pending.WaitNone();
+
+  if (rc > 0) {
+    spdlog::info("signal {} ({}): unmounting", rc, strsignal(rc));
+    return Status::OK();
+  }
+  if (rc < 0) return Status::Error(-rc, "FUSE session loop");
+  return Status::OK();
+}
+
+}  // namespace kvfs::fuse

@@ -1,0 +1,166 @@
+// Names and attributes: lookup, forget, getattr, setattr, mkdir, mknod,
+// rmdir, unlink, rename; link and symlink are refused.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "fuse/ops.h"
+#include "fuse/reply.h"
+
+namespace kvfs::fuse::ops {
+
+namespace {
+
+fs::Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  return fs::Caller{c->uid, c->gid, c->pid};
+}
+
+int64_t ToNs(const timespec& ts) {
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  SessionState& s = StateOf(req);
+  Result<fs::Attr> r = NoThrow([&] { return s.fs.Lookup(parent, name); });
+  if (r.ok()) {
+    fuse_entry_param e = EntryParam(*r, s.timeouts);
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  if (r.status().code() == ENOENT && s.timeouts.negative_s > 0) {
+    // A negative entry (ino 0): the kernel remembers that the name does not
+    // exist, so connectors probing for missing keys cost no round trip.
+    // Safe because every create of the name goes through this kernel.
+    fuse_entry_param e;
+    std::memset(&e, 0, sizeof(e));
+    e.entry_timeout = s.timeouts.negative_s;
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  ReplyStatus(req, r.status(), "lookup");
+}
+
+void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  SessionState& s = StateOf(req);
+  Status st = NoThrowVoid([&] { s.fs.Forget(ino, nlookup); });
+  if (!st.ok()) spdlog::error("forget of inode {}: {}", ino, st.ToString());
+  fuse_reply_none(req);
+}
+
+void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  SessionState& s = StateOf(req);
+  for (size_t i = 0; i < count; ++i) {
+    Status st = NoThrowVoid([&] { s.fs.Forget(forgets[i].ino, forgets[i].nlookup); });
+    if (!st.ok()) spdlog::error("forget of inode {}: {}", forgets[i].ino, st.ToString());
+  }
+  fuse_reply_none(req);
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+  SessionState& s = StateOf(req);
+  Result<fs::Attr> r = NoThrow([&] { return s.fs.GetAttr(ino); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "getattr");
+    return;
+  }
+  struct stat st = ToStat(*r);
+  fuse_reply_attr(req, &st, s.timeouts.attr_s);
+}
+
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  fs::SetAttrRequest q;
+  if (to_set & FUSE_SET_ATTR_MODE) q.mode = attr->st_mode & 07777;
+  if (to_set & FUSE_SET_ATTR_UID) q.uid = attr->st_uid;
+  if (to_set & FUSE_SET_ATTR_GID) q.gid = attr->st_gid;
+  if (to_set & FUSE_SET_ATTR_SIZE) q.size = static_cast<uint64_t>(attr->st_size);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+    q.atime_now = true;
+  } else if (to_set & FUSE_SET_ATTR_ATIME) {
+    q.atime_ns = ToNs(attr->st_atim);
+  }
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+    q.mtime_now = true;
+  } else if (to_set & FUSE_SET_ATTR_MTIME) {
+    q.mtime_ns = ToNs(attr->st_mtim);
+  }
+  // The handle matters only for ftruncate (the file may have no name left).
+  // fchmod/futimens on a directory fd also arrive with `fi`, carrying a
+  // directory handle that must not be taken for a file handle.
+  uint64_t fh = (fi != nullptr && (to_set & FUSE_SET_ATTR_SIZE)) ? fi->fh : 0;
+  Result<fs::Attr> r = NoThrow([&] { return s.fs.SetAttr(ino, q, fh); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "setattr");
+    return;
+  }
+  struct stat st = ToStat(*r);
+  fuse_reply_attr(req, &st, s.timeouts.attr_s);
+}
+
+void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  SessionState& s = StateOf(req);
+  fs::Caller caller = CallerOf(req);
+  Result<fs::Attr> r = NoThrow([&] { return s.fs.MkDir(parent, name, mode & 07777, caller); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "mkdir");
+    return;
+  }
+  fuse_entry_param e = EntryParam(*r, s.timeouts);
+  fuse_reply_entry(req, &e);
+}
+
+void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t /*rdev*/) {
+  if (!S_ISREG(mode)) {
+    // Device nodes, FIFOs and sockets are not supported (DESIGN.md).
+    ReplyStatus(req, Status::Error(EPERM, "mknod: only regular files are supported"), "mknod");
+    return;
+  }
+  // mknod(S_IFREG) is create + close.
+  SessionState& s = StateOf(req);
+  fs::Caller caller = CallerOf(req);
+  Result<fs::FileSystem::Created> r = NoThrow(
+      [&] { return s.fs.Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL, caller); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "mknod");
+    return;
+  }
+  Status rel = NoThrowVoid([&] { s.fs.Release(r->fh); });
+  if (!rel.ok()) spdlog::error("mknod: release of handle {}: {}", r->fh, rel.ToString());
+  fuse_entry_param e = EntryParam(r->attr, s.timeouts);
+  fuse_reply_entry(req, &e);
+}
+
+void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  SessionState& s = StateOf(req);
+  ReplyStatus(req, NoThrow([&] { return s.fs.RmDir(parent, name); }), "rmdir");
+}
+
+void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  SessionState& s = StateOf(req);
+  ReplyStatus(req, NoThrow([&] { return s.fs.Unlink(parent, name); }), "unlink");
+}
+
+void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+            const char* newname, unsigned int flags) {
+  SessionState& s = StateOf(req);
+  ReplyStatus(req, NoThrow([&] { return s.fs.Rename(parent, name, newparent, newname, flags); }),
+              "rename");
+}
+
+void Link(fuse_req_t req, fuse_ino_t /*ino*/, fuse_ino_t /*newparent*/, const char* /*newname*/) {
+  // EPERM is link(2)'s "the filesystem does not support hard links".
+  ReplyStatus(req, Status::Error(EPERM, "link: hard links are not supported"), "link");
+}
+
+void Symlink(fuse_req_t req, const char* /*link*/, fuse_ino_t /*parent*/, const char* /*name*/) {
+  // EPERM is symlink(2)'s "the filesystem does not support symbolic links".
+  ReplyStatus(req, Status::Error(EPERM, "symlink: symbolic links are not supported"),
+              "symlink");
+}
+
+}  // namespace kvfs::fuse::ops

@@ -1,0 +1,144 @@
+// Regular files: create, open, read, write, flush, release, fsync,
+// fallocate.
+//
+// Data files are opened with FOPEN_DIRECT_IO: every read() and write() of
+// the application reaches us (no kernel page cache for chunk data; kvfs's
+// own cache is the cache), in requests of up to max_write/max_read.
+// O_DIRECT opens need nothing special: with direct_io the kernel imposes no
+// alignment of its own and we pass the flags through.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <span>
+
+#include "fuse/ops.h"
+#include "fuse/reply.h"
+
+namespace kvfs::fuse::ops {
+
+namespace {
+
+fs::Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  return fs::Caller{c->uid, c->gid, c->pid};
+}
+
+void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
+  fi->fh = fh;
+  fi->direct_io = 1;
+  fi->keep_cache = 0;
+}
+
+}  // namespace
+
+void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  fs::Caller caller = CallerOf(req);
+  Result<fs::FileSystem::Created> r =
+      NoThrow([&] { return s.fs.Create(parent, name, mode, fi->flags, caller); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "create");
+    return;
+  }
+  SetOpenFlags(fi, r->fh);
+  fuse_entry_param e = EntryParam(r->attr, s.timeouts);
+  if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+    // The open(2) was interrupted: the kernel will never use or release this
+    // handle, nor count the lookup reference. The file itself stays created.
+    Status st = NoThrowVoid([&] {
+      s.fs.Release(r->fh);
+      s.fs.Forget(r->attr.ino, 1);
+    });
+    if (!st.ok()) spdlog::error("create: undoing an interrupted open: {}", st.ToString());
+  }
+}
+
+void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  Result<uint64_t> r = NoThrow([&] { return s.fs.Open(ino, fi->flags); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "open");
+    return;
+  }
+  SetOpenFlags(fi, *r);
+  if (fuse_reply_open(req, fi) == -ENOENT) {
+    // Interrupted open(2): no release will come for this handle.
+    Status st = NoThrowVoid([&] { s.fs.Release(*r); });
+    if (!st.ok()) spdlog::error("open: undoing an interrupted open: {}", st.ToString());
+  }
+}
+
+void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  // The reply comes from the completion callback: this worker thread goes
+  // back to the kernel for the next request instead of waiting on the device.
+  std::shared_ptr<AsyncReply> reply;
+  try {
+    reply = AsyncReply::Start(req, "read");
+    s.fs.Read(fi->fh, static_cast<uint64_t>(off), size,
+              [reply](Status st, std::span<const char> data) {
+                if (!reply->Claim()) return;
+                if (!st.ok()) {
+                  ReplyStatus(reply->req(), st, "read");
+                } else {
+                  fuse_reply_buf(reply->req(), data.data(), data.size());
+                }
+              });
+  } catch (const std::bad_alloc&) {
+    if (!reply || reply->Claim()) fuse_reply_err(req, ENOMEM);
+  }
+}
+
+void Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
+           fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  Result<size_t> r = NoThrow([&] {
+    return s.fs.Write(fi->fh, static_cast<uint64_t>(off), std::span<const char>(buf, size));
+  });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "write");
+    return;
+  }
+  fuse_reply_write(req, *r);
+}
+
+void Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  ReplyStatus(req, NoThrow([&] { return s.fs.Flush(fi->fh); }), "flush");
+}
+
+void Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  Status st = NoThrowVoid([&] { s.fs.Release(fi->fh); });
+  if (!st.ok()) spdlog::error("release of handle {}: {}", fi->fh, st.ToString());
+  fuse_reply_err(req, 0);  // the kernel ignores release errors
+}
+
+void Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  std::shared_ptr<AsyncReply> reply;
+  try {
+    reply = AsyncReply::Start(req, "fsync");
+    s.fs.Fsync(fi->fh, datasync != 0, [reply](Status st) {
+      if (reply->Claim()) ReplyStatus(reply->req(), st, "fsync");
+    });
+  } catch (const std::bad_alloc&) {
+    if (!reply || reply->Claim()) fuse_reply_err(req, ENOMEM);
+  }
+}
+
+void Fallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
+               fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  if (offset < 0 || length <= 0) {
+    ReplyStatus(req, Status::Error(EINVAL, "fallocate: bad offset or length"), "fallocate");
+    return;
+  }
+  ReplyStatus(req, NoThrow([&] {
+                return s.fs.Fallocate(fi->fh, mode, static_cast<uint64_t>(offset),
+                                      static_cast<uint64_t>(length));
+              }),
+              "fallocate");
+}
+
+}  // namespace kvfs::fuse::ops

@@ -1,0 +1,49 @@
+// ioctl and extended attributes.
+//
+// kvfs's batch ioctl and hint attributes (user.kvfs.*) are not served yet:
+// every ioctl is ENOTTY and no attribute can be set (EOPNOTSUPP), so nothing
+// pretends to succeed.
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+#include "fuse/ops.h"
+#include "fuse/reply.h"
+
+namespace kvfs::fuse::ops {
+
+void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* /*arg*/, fuse_file_info* /*fi*/,
+           unsigned /*flags*/, const void* /*in_buf*/, size_t /*in_bufsz*/,
+           size_t /*out_bufsz*/) {
+  // Every Python open() asks isatty() (TCGETS); "not a terminal" at once.
+  spdlog::trace("ioctl 0x{:08x} on inode {}: ENOTTY", cmd, ino);
+  fuse_reply_err(req, ENOTTY);
+}
+
+void SetXattr(fuse_req_t req, fuse_ino_t /*ino*/, const char* name, const char* /*value*/,
+              size_t /*size*/, int /*flags*/) {
+  Status st = NoThrow([&] {
+    return Status::Error(EOPNOTSUPP,
+                         std::string(name) + ": extended attributes are not supported");
+  });
+  ReplyStatus(req, st, "setxattr");
+}
+
+void GetXattr(fuse_req_t req, fuse_ino_t /*ino*/, const char* /*name*/, size_t /*size*/) {
+  // No attribute can exist (SetXattr refuses all), so every name is absent.
+  fuse_reply_err(req, ENODATA);
+}
+
+void ListXattr(fuse_req_t req, fuse_ino_t /*ino*/, size_t size) {
+  if (size == 0) {
+    fuse_reply_xattr(req, 0);  // the list's length: empty
+  } else {
+    fuse_reply_buf(req, nullptr, 0);
+  }
+}
+
+void RemoveXattr(fuse_req_t req, fuse_ino_t /*ino*/, const char* /*name*/) {
+  fuse_reply_err(req, ENODATA);
+}
+
+}  // namespace kvfs::fuse::ops

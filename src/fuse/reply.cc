@@ -1,0 +1,133 @@
+#include "fuse/reply.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace kvfs::fuse {
+
+namespace {
+
+// Errors that are ordinary answers (a missing name, a full volume) rather
+// than signs of trouble; they are logged only at debug level.
+bool IsExpected(int code) {
+  switch (code) {
+    case ENOENT: case EEXIST: case ENOTEMPTY: case ENOTDIR: case EISDIR: case ENOSPC:
+    case ENAMETOOLONG: case EPERM: case EACCES: case EOPNOTSUPP: case ENODATA:
+    case ENOTTY: case EINVAL: case EXDEV: case EBADF: case EFBIG: case ERANGE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+timespec ToTimespec(int64_t ns) {
+  timespec ts{};
+  ts.tv_sec = ns / 1'000'000'000;
+  ts.tv_nsec = ns % 1'000'000'000;
+  if (ts.tv_nsec < 0) {  // times before 1970
+    ts.tv_nsec += 1'000'000'000;
+    ts.tv_sec -= 1;
+  }
+  return ts;
+}
+
+}  // namespace
+
+int ReplyStatus(fuse_req_t req, const Status& st, const char* op) {
+  if (!st.ok()) {
+    if (IsExpected(st.code())) {
+      spdlog::debug("{}: {}", op, st.ToString());
+    } else {
+      spdlog::warn("{}: {}", op, st.ToString());
+    }
+  }
+  return fuse_reply_err(req, st.code());
+}
+
+struct stat ToStat(const fs::Attr& a) {
+  struct stat st;
+  std::memset(&st, 0, sizeof(st));
+  st.st_ino = a.ino;
+  st.st_mode = a.mode;
+  st.st_nlink = a.nlink;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blocks = static_cast<blkcnt_t>(a.blocks);
+  st.st_blksize = 4096;
+  st.st_atim = ToTimespec(a.atime_ns);
+  st.st_mtim = ToTimespec(a.mtime_ns);
+  st.st_ctim = ToTimespec(a.ctime_ns);
+  return st;
+}
+
+fuse_entry_param EntryParam(const fs::Attr& attr, const CacheTimeouts& t) {
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = attr.ino;
+  e.generation = attr.generation;
+  e.attr = ToStat(attr);
+  e.attr_timeout = t.attr_s;
+  e.entry_timeout = t.entry_s;
+  return e;
+}
+
+struct statvfs ToStatvfs(const fs::FsStats& s) {
+  struct statvfs v;
+  std::memset(&v, 0, sizeof(v));
+  v.f_bsize = s.block_size;
+  v.f_frsize = s.block_size;
+  v.f_blocks = s.total_blocks;
+  v.f_bfree = s.free_blocks;
+  v.f_bavail = s.free_blocks;  // nothing is reserved for root
+  v.f_files = s.files + s.free_files;
+  v.f_ffree = s.free_files;
+  v.f_favail = s.free_files;
+  v.f_namemax = s.name_max;
+  return v;
+}
+
+// --- PendingReplies
+
+void PendingReplies::Add() {
+  std::lock_guard<std::mutex> l(mu_);
+  ++count_;
+}
+
+void PendingReplies::Done() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (--count_ == 0) zero_.notify_all();
+}
+
+void PendingReplies::WaitNone() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!zero_.wait_for(l, std::chrono::seconds(10), [this] { return count_ == 0; })) {
+    spdlog::warn("waiting for {} request(s) still being served before unmounting", count_);
+  }
+}
+
+// --- AsyncReply
+
+std::shared_ptr<AsyncReply> AsyncReply::Start(fuse_req_t req, const char* op) {
+  PendingReplies& pending = StateOf(req).pending;
+  std::shared_ptr<AsyncReply> r(new AsyncReply(req, op, pending));
+  // Armed only after every allocation succeeded: if one threw, the request
+  // is still the handler's to answer (ENOMEM) and nothing was counted.
+  pending.Add();
+  r->armed_ = true;
+  return r;
+}
+
+AsyncReply::~AsyncReply() {
+  if (!armed_) return;
+  if (Claim()) {
+    spdlog::error("{}: request completed without a reply from the file system; replying EIO",
+                  op_);
+    fuse_reply_err(req_, EIO);
+  }
+  pending_.Done();
+}
+
+}  // namespace kvfs::fuse

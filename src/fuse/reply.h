@@ -1,0 +1,86 @@
+// Replies: the one place where a kvfs Status leaves for the kernel, and the
+// conversions from fs/ types to what libfuse sends.
+//
+// Every handler ends in exactly one fuse_reply_* call, made holding no lock
+// (the reply may be the kernel's last use of an inode and trigger a FORGET
+// on another thread). std::bad_alloc never crosses this boundary: NoThrow()
+// turns it into ENOMEM.
+#pragma once
+
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <atomic>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+#include "common/status.h"
+#include "fs/file_system.h"
+#include "fuse/session_state.h"
+
+namespace kvfs::fuse {
+
+// Replies with st.code() (0 when OK: success for ops that return no data).
+// `op` names the operation in the debug log. Returns fuse_reply_err's result.
+int ReplyStatus(fuse_req_t req, const Status& st, const char* op);
+
+// The entry for a lookup/mkdir/create-style reply: `attr` (which carries one
+// kernel lookup reference) with the mount's timeouts.
+fuse_entry_param EntryParam(const fs::Attr& attr, const CacheTimeouts& t);
+struct stat ToStat(const fs::Attr& attr);
+struct statvfs ToStatvfs(const fs::FsStats& s);
+
+// Runs f() and returns its Result/Status; std::bad_alloc becomes ENOMEM.
+// ("out of memory" fits std::string's small buffer: making it allocates
+// nothing.)
+template <typename F>
+auto NoThrow(F&& f) noexcept -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return Status::Error(ENOMEM, "out of memory");
+  }
+}
+
+// For fs/ calls that return nothing: OK, or ENOMEM on std::bad_alloc.
+template <typename F>
+Status NoThrowVoid(F&& f) noexcept {
+  try {
+    f();
+    return Status::OK();
+  } catch (const std::bad_alloc&) {
+    return Status::Error(ENOMEM, "out of memory");
+  }
+}
+
+// The reply owed for one request whose work finishes in an fs/ callback,
+// possibly on another thread. Shared by the handler and the callback; the
+// first to Claim() it replies. If every holder lets go without claiming
+// (an fs/ bug: a callback dropped), the destructor replies EIO so the
+// caller is not left hanging. Counts itself in PendingReplies while alive.
+class AsyncReply {
+ public:
+  // May throw std::bad_alloc (before anything is owed by anyone else).
+  static std::shared_ptr<AsyncReply> Start(fuse_req_t req, const char* op);
+  ~AsyncReply();
+  AsyncReply(const AsyncReply&) = delete;
+  AsyncReply& operator=(const AsyncReply&) = delete;
+
+  // True exactly once: the caller must then reply to req().
+  bool Claim() { return !claimed_.exchange(true, std::memory_order_acq_rel); }
+  fuse_req_t req() const { return req_; }
+  const char* op() const { return op_; }
+
+ private:
+  AsyncReply(fuse_req_t req, const char* op, PendingReplies& pending)
+      : req_(req), op_(op), pending_(pending) {}
+  const fuse_req_t req_;
+  const char* const op_;
+  PendingReplies& pending_;
+  std::atomic<bool> claimed_{false};
+  bool armed_ = false;  // set once by Start(), before the object is shared
+};
+
+}  // namespace kvfs::fuse

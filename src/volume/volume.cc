@@ -1,0 +1,219 @@
+#include "volume/volume.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+
+#include "common/format.h"
+
+namespace kvfs::volume {
+
+Result<std::string> DefaultIndexDir(const std::string& first_device) {
+  KVFS_ASSIGN_OR_RETURN(auto dev, device::BlockDevice::Open(first_device, /*read_only=*/true));
+  if (dev->is_block_device()) {
+    return Status::Error(EINVAL, first_device +
+                                     ": an index directory is required for a block device "
+                                     "(-o index=DIR / --index DIR)");
+  }
+  return first_device + ".index";
+}
+
+Result<std::unique_ptr<Volume>> Volume::Open(const std::vector<std::string>& device_paths,
+                                             const VolumeOptions& options) {
+  if (device_paths.empty()) return Status::Error(EINVAL, "no device given");
+  std::unique_ptr<Volume> v(new Volume());
+  v->read_only_ = options.read_only;
+
+  // Devices, ordered by the index their superblock records.
+  std::map<uint32_t, std::pair<std::unique_ptr<device::BlockDevice>, device::Superblock>> by_index;
+  for (const std::string& path : device_paths) {
+    KVFS_ASSIGN_OR_RETURN(auto dev, device::BlockDevice::Open(path, options.read_only));
+    if (!options.read_only) KVFS_RETURN_IF_ERROR(dev->LockExclusive());
+    KVFS_ASSIGN_OR_RETURN(auto sb, dev->ReadSuperblock());
+    if (by_index.count(sb.device_index)) {
+      return Status::Error(EINVAL, path + ": same device index " +
+                                       std::to_string(sb.device_index) + " as " +
+                                       by_index[sb.device_index].first->path());
+    }
+    by_index.emplace(sb.device_index, std::make_pair(std::move(dev), sb));
+  }
+  for (auto& [i, d] : by_index) {
+    v->devices_.push_back(std::move(d.first));
+    v->superblocks_.push_back(d.second);
+  }
+  KVFS_RETURN_IF_ERROR(v->CheckSuperblocks());
+
+  // The index, which must be the one the superblocks name.
+  std::string index_dir = options.index_dir;
+  if (index_dir.empty()) {
+    if (v->devices_[0]->is_block_device()) {
+      return Status::Error(EINVAL, v->devices_[0]->path() +
+                                       ": an index directory is required for a block device "
+                                       "(-o index=DIR)");
+    }
+    index_dir = v->devices_[0]->path() + ".index";
+  }
+  index::Index::Options iopt;
+  iopt.block_cache_bytes = options.index_cache_bytes;
+  iopt.read_only = options.read_only;
+  auto index = index::Index::Open(index_dir, iopt);
+  if (!index.ok()) {
+    return index.status().Annotate("volume " + v->superblocks_[0].volume_uuid.ToString() +
+                                   ": cannot use index " + index_dir);
+  }
+  v->index_ = std::move(index).value();
+  const index::VolumeRecord& rec = v->index_->volume();
+  const device::Superblock& sb0 = v->superblocks_[0];
+  if (rec.volume_uuid != sb0.volume_uuid || rec.index_uuid != sb0.index_uuid) {
+    return Status::Error(EINVAL, "index " + index_dir + " belongs to volume " +
+                                     rec.volume_uuid.ToString() + " (index " +
+                                     rec.index_uuid.ToString() + "), but " +
+                                     v->devices_[0]->path() + " belongs to volume " +
+                                     sb0.volume_uuid.ToString() + " (index " +
+                                     sb0.index_uuid.ToString() + "): foreign index");
+  }
+  if (rec.device_count != sb0.device_count) {
+    return Status::Error(EINVAL, "index " + index_dir + " records " +
+                                     std::to_string(rec.device_count) +
+                                     " devices, superblocks record " +
+                                     std::to_string(sb0.device_count));
+  }
+
+  for (const auto& sb : v->superblocks_) {
+    v->allocators_.push_back(std::make_unique<alloc::ExtentAllocator>(
+        sb.device_index, sb.data_start, sb.data_length));
+  }
+  if (!options.read_only) KVFS_RETURN_IF_ERROR(v->ReclaimOrphans());
+  KVFS_RETURN_IF_ERROR(v->RebuildFreeSpace());
+
+  std::vector<const device::BlockDevice*> devs;
+  for (auto& d : v->devices_) devs.push_back(d.get());
+  KVFS_ASSIGN_OR_RETURN(v->engine_, device::IoEngine::Create(devs, options.engine));
+  v->io_ = v->engine_.get();
+  if (options.wrap_io) {
+    v->wrapper_ = options.wrap_io(*v->engine_);
+    v->io_ = v->wrapper_.get();
+  }
+  return v;
+}
+
+Volume::~Volume() {
+  // Order matters: the wrapper and the engine complete every request
+  // (callbacks may touch the index) before the index closes.
+  wrapper_.reset();
+  engine_.reset();
+  index_.reset();
+}
+
+Status Volume::CheckSuperblocks() {
+  const device::Superblock& first = superblocks_[0];
+  for (size_t i = 0; i < superblocks_.size(); ++i) {
+    const device::Superblock& sb = superblocks_[i];
+    const std::string& path = devices_[i]->path();
+    if (sb.volume_uuid != first.volume_uuid) {
+      return Status::Error(EINVAL, path + " belongs to volume " + sb.volume_uuid.ToString() +
+                                       ", " + devices_[0]->path() + " to volume " +
+                                       first.volume_uuid.ToString());
+    }
+    if (sb.device_count != superblocks_.size() || sb.device_index != i) {
+      return Status::Error(EINVAL, "volume " + first.volume_uuid.ToString() + " has " +
+                                       std::to_string(sb.device_count) + " devices; " +
+                                       std::to_string(superblocks_.size()) +
+                                       " given (missing device " + std::to_string(i) + "?)");
+    }
+    if (sb.data_start + sb.data_length > devices_[i]->size_bytes()) {
+      return Status::Error(EINVAL, path + ": data region ends at " +
+                                       std::to_string(sb.data_start + sb.data_length) +
+                                       " but the device has only " +
+                                       std::to_string(devices_[i]->size_bytes()) + " bytes");
+    }
+  }
+  return Status::OK();
+}
+
+Status Volume::ReclaimOrphans() {
+  std::vector<uint64_t> orphans;
+  KVFS_RETURN_IF_ERROR(index_->ForEachOrphan([&](uint64_t ino) {
+    orphans.push_back(ino);
+    return true;
+  }));
+  if (orphans.empty()) return Status::OK();
+  // No handle survives a restart, so an orphan's data is garbage now. Its
+  // extents become free because the inode record goes away.
+  index::WriteBatch batch = index_->NewBatch();
+  for (uint64_t ino : orphans) {
+    batch.DeleteInode(ino);
+    batch.DeleteOrphan(ino);
+  }
+  KVFS_RETURN_IF_ERROR(index_->Commit(batch, /*sync=*/true));
+  reclaimed_orphans_ = orphans.size();
+  spdlog::info("reclaimed {} orphaned file(s) unlinked while open", orphans.size());
+  return Status::OK();
+}
+
+Status Volume::RebuildFreeSpace() {
+  std::vector<std::vector<Extent>> used(allocators_.size());
+  Status bad;
+  KVFS_RETURN_IF_ERROR(index_->ForEachInode([&](const index::Inode& inode) {
+    for (const auto& fe : inode.extents) {
+      if (fe.ext.device >= used.size()) {
+        bad = Status::Error(EUCLEAN, "inode " + std::to_string(inode.ino) +
+                                         " has an extent on device " +
+                                         std::to_string(fe.ext.device) + " of a volume with " +
+                                         std::to_string(used.size()));
+        return false;
+      }
+      used[fe.ext.device].push_back(fe.ext);
+    }
+    return true;
+  }));
+  KVFS_RETURN_IF_ERROR(bad);
+  for (size_t i = 0; i < allocators_.size(); ++i) {
+    Status st = allocators_[i]->Rebuild(std::move(used[i]));
+    if (!st.ok()) return st.Annotate(devices_[i]->path() + ": index extents (run fsck.kvfs)");
+  }
+  return Status::OK();
+}
+
+Result<std::vector<Extent>> Volume::Allocate(uint64_t bytes) {
+  if (read_only_) return Status::Error(EROFS, "volume is open read-only");
+  // The device with the most free space first; another if it cannot hold it.
+  std::vector<size_t> order(allocators_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return allocators_[a]->free_bytes() > allocators_[b]->free_bytes();
+  });
+  Status last = Status::Error(ENOSPC, "no free space");
+  for (size_t i : order) {
+    auto r = allocators_[i]->Allocate(bytes);
+    if (r.ok()) return r;
+    last = r.status();
+  }
+  return last;
+}
+
+Status Volume::Free(const std::vector<Extent>& extents) {
+  Status first;
+  for (const Extent& e : extents) {
+    Status st = e.device < allocators_.size()
+                    ? allocators_[e.device]->Free(e)
+                    : Status::Error(EINVAL, "free of extent on unknown device " +
+                                                std::to_string(e.device));
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
+SpaceStats Volume::space() const {
+  SpaceStats s;
+  for (const auto& a : allocators_) {
+    s.total_bytes += a->region_len();
+    s.free_bytes += a->free_bytes();
+    s.largest_free = std::max(s.largest_free, a->largest_free());
+    s.free_extents += a->free_extent_count();
+  }
+  return s;
+}
+
+}  // namespace kvfs::volume

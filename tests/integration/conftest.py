@@ -1,0 +1,215 @@
+"""Fixtures for kvfs real-mount tests.
+
+Each test gets a fresh volume: an image file under /var/tmp formatted with
+mkfs.kvfs, mounted by `kvfs -f` running in the background. Teardown
+unmounts with fusermount3 -u and requires the daemon to exit 0: a crash, a
+hang or a non-zero exit fails the test that used the mount.
+
+The binaries come from meson (KVFS_BIN, MKFS_KVFS_BIN). Mounting needs root
+and /dev/fuse; without them the tests are skipped, but where both exist a
+skip is a failure.
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+KVFS_BIN = os.environ.get("KVFS_BIN", "")
+MKFS_BIN = os.environ.get("MKFS_KVFS_BIN", "")
+FUSERMOUNT = shutil.which("fusermount3") or "/usr/bin/fusermount3"
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def can_mount():
+    return os.geteuid() == 0 and os.path.exists("/dev/fuse")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not can_mount():
+        skip = pytest.mark.skip(reason="needs root and /dev/fuse")
+        for item in items:
+            item.add_marker(skip)
+        return
+    if any(not p or not os.access(p, os.X_OK) for p in (KVFS_BIN, MKFS_BIN)):
+        # Root and /dev/fuse are here: not running the tests is a failure.
+        for item in items:
+            item.add_marker(pytest.mark.usefixtures("_binaries_missing"))
+
+
+@pytest.fixture
+def _binaries_missing():
+    pytest.fail(f"KVFS_BIN={KVFS_BIN!r} and MKFS_KVFS_BIN={MKFS_BIN!r} must name the built "
+                "binaries (run through meson test)")
+
+
+def mounted_fstype(path):
+    """fstype of the mount at `path`, or None (from /proc/self/mountinfo)."""
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            mnt = fields[4].replace("\\040", " ")
+            if mnt == path:
+                return fields[sep + 1]
+    return None
+
+
+def mkfs(image, size, *extra):
+    r = subprocess.run([MKFS_BIN, "-f", "-q", "--size", str(size), *extra, image],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, f"mkfs.kvfs failed: {r.stderr}"
+
+
+def run_kvfs(*args, timeout=60):
+    """Runs kvfs to completion (startup-error tests)."""
+    return subprocess.run([KVFS_BIN, *args], capture_output=True, text=True, timeout=timeout)
+
+
+class Mount:
+    """A kvfs daemon serving `image` at `path`, started with -f."""
+
+    def __init__(self, image, path, options=None):
+        self.image = image
+        self.path = path
+        self.options = options
+        self.proc = None
+        self.log_path = path + ".log"
+
+    def start(self):
+        args = [KVFS_BIN, "-f"]
+        if self.options:
+            args += ["-o", self.options]
+        args += [self.image, self.path]
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while mounted_fstype(self.path) != "fuse.kvfs":
+            rc = self.proc.poll()
+            if rc is not None:
+                self.proc = None
+                pytest.fail(f"kvfs exited with {rc} before mounting: {self.read_log()}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                pytest.fail(f"kvfs did not mount within 30 s: {self.read_log()}")
+            time.sleep(0.01)
+
+    def read_log(self):
+        self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self, how="fusermount"):
+        """Unmounts and returns the daemon's exit status (asserted 0)."""
+        assert self.proc is not None
+        if how == "fusermount":
+            r = subprocess.run([FUSERMOUNT, "-u", self.path], capture_output=True, text=True)
+            assert r.returncode == 0, f"fusermount3 -u: {r.stderr}"
+        elif how == "sigterm":
+            self.proc.terminate()
+        try:
+            rc = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"kvfs did not exit within 120 s after unmount: {self.read_log()}")
+        proc, self.proc = self.proc, None
+        self.log.close()
+        assert rc == 0, f"kvfs exited with {rc}: {self.read_log()}"
+        assert mounted_fstype(self.path) is None, "still mounted after the daemon exited"
+        del proc
+        return rc
+
+    def kill(self):
+        """Teardown after a failure: make sure nothing stays mounted."""
+        if self.proc is not None:
+            subprocess.run([FUSERMOUNT, "-u", "-z", self.path], capture_output=True)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+            self.log.close()
+
+
+class Volume:
+    """An image formatted with mkfs.kvfs and (once started) mounted."""
+
+    def __init__(self, workdir, size, options=None):
+        self.workdir = workdir
+        self.image = os.path.join(workdir, "kvfs.img")
+        self.mnt = os.path.join(workdir, "mnt")
+        os.mkdir(self.mnt)
+        mkfs(self.image, size)
+        self.mount = Mount(self.image, self.mnt, options)
+
+    @property
+    def path(self):
+        return self.mnt
+
+    def p(self, *names):
+        return os.path.join(self.mnt, *names)
+
+    def remount(self):
+        self.mount.stop()
+        self.mount.start()
+
+
+@pytest.fixture
+def workdir():
+    d = tempfile.mkdtemp(prefix="kvfs-it-", dir="/var/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _volume(workdir, size, options=None):
+    v = Volume(workdir, size, options)
+    v.mount.start()
+    return v
+
+
+@pytest.fixture
+def vol(workdir):
+    """A mounted 1 GiB volume; unmounted at teardown, daemon must exit 0."""
+    v = _volume(workdir, 1 * GiB)
+    try:
+        yield v
+        if v.mount.proc is not None:
+            v.mount.stop()
+    finally:
+        v.mount.kill()
+
+
+@pytest.fixture
+def small_vol(workdir):
+    """A mounted 256 MiB volume (ENOSPC tests)."""
+    v = _volume(workdir, 256 * MiB)
+    try:
+        yield v
+        if v.mount.proc is not None:
+            v.mount.stop()
+    finally:
+        v.mount.kill()
+
+
+@pytest.fixture
+def make_volume(workdir):
+    """Factory for volumes a test mounts itself (startup-error tests)."""
+    made = []
+
+    def make(name, size=256 * MiB, options=None):
+        d = os.path.join(workdir, name)
+        os.mkdir(d)
+        v = Volume(d, size, options)
+        made.append(v)
+        return v
+
+    yield make
+    for v in made:
+        v.mount.kill()

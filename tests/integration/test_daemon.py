@@ -1,0 +1,163 @@
+"""The kvfs daemon: startup errors are one clear line and a non-zero exit;
+a volume is mounted once; background mode; the connection's parameters."""
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import FUSERMOUNT, MiB, mkfs, mounted_fstype, run_kvfs
+
+
+def one_line(stderr):
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got: {stderr!r}"
+    return lines[0]
+
+
+def test_second_mount_of_same_volume_is_refused(vol, workdir):
+    other = os.path.join(workdir, "mnt2")
+    os.mkdir(other)
+    r = run_kvfs("-f", vol.image, other)
+    assert r.returncode != 0
+    line = one_line(r.stderr)
+    assert "in use" in line and vol.image in line, line
+    assert mounted_fstype(other) is None
+    # The first mount is unharmed.
+    with open(vol.p("still-works"), "wb") as f:
+        f.write(b"yes")
+    with open(vol.p("still-works"), "rb") as f:
+        assert f.read() == b"yes"
+
+
+def test_missing_mountpoint(make_volume):
+    v = make_volume("a")
+    r = run_kvfs("-f", v.image, v.mnt + "-does-not-exist")
+    assert r.returncode != 0
+    line = one_line(r.stderr)
+    assert "mountpoint" in line and "No such file or directory" in line, line
+
+
+def test_mountpoint_not_a_directory(make_volume):
+    v = make_volume("a")
+    r = run_kvfs("-f", v.image, v.image)
+    assert r.returncode != 0
+    assert "not a directory" in one_line(r.stderr)
+
+
+def test_foreign_index_is_refused(make_volume):
+    a = make_volume("a")
+    b = make_volume("b")
+    r = run_kvfs("-f", "-o", f"index={b.image}.index", a.image, a.mnt)
+    assert r.returncode != 0
+    line = one_line(r.stderr)
+    assert "foreign index" in line, line
+    assert mounted_fstype(a.mnt) is None
+
+
+def test_missing_index_is_refused(make_volume, workdir):
+    a = make_volume("a")
+    r = run_kvfs("-f", "-o", f"index={workdir}/no-such-index", a.image, a.mnt)
+    assert r.returncode != 0
+    assert "no-such-index" in one_line(r.stderr)
+
+
+def test_not_a_kvfs_image_is_refused(workdir):
+    img = os.path.join(workdir, "zeros.img")
+    with open(img, "wb") as f:
+        f.truncate(64 * MiB)
+    mnt = os.path.join(workdir, "m")
+    os.mkdir(mnt)
+    r = run_kvfs("-f", img, mnt)
+    assert r.returncode != 0
+    assert img in one_line(r.stderr)
+    assert mounted_fstype(mnt) is None
+
+
+def test_missing_device(workdir):
+    mnt = os.path.join(workdir, "m")
+    os.mkdir(mnt)
+    r = run_kvfs("-f", os.path.join(workdir, "nope.img"), mnt)
+    assert r.returncode != 0
+    assert "nope.img" in one_line(r.stderr)
+
+
+def test_bad_option_values(make_volume):
+    v = make_volume("a")
+    r = run_kvfs("-f", "-o", "log_level=loud", v.image, v.mnt)
+    assert r.returncode != 0
+    assert "log_level" in one_line(r.stderr)
+    r = run_kvfs("-f", v.image)  # no mountpoint
+    assert r.returncode != 0 and "usage" in r.stderr
+
+
+def daemon_pids(mnt):
+    """Pids of kvfs processes serving `mnt` (from their command lines)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"kvfs" and mnt.encode() in argv:
+            pids.append(int(pid))
+    return pids
+
+
+def test_background_mode_returns_once_mounted(make_volume):
+    v = make_volume("bg")
+    r = run_kvfs("-o", "dirty_mb=64,entry_timeout=5,log_level=warn", v.image, v.mnt)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    pids = daemon_pids(v.mnt)
+    try:
+        # Mounted by the time the command returned, by a daemon in its own
+        # session.
+        assert mounted_fstype(v.mnt) == "fuse.kvfs"
+        assert len(pids) == 1
+        assert os.getsid(pids[0]) == pids[0]
+        with open(os.path.join(v.mnt, "f"), "wb") as f:
+            f.write(b"background")
+    finally:
+        subprocess.run([FUSERMOUNT, "-u", v.mnt], check=True)
+    # The daemon writes everything out and exits.
+    deadline = time.monotonic() + 60
+    while daemon_pids(v.mnt):
+        assert time.monotonic() < deadline, "daemon still running 60 s after unmount"
+        time.sleep(0.05)
+    v.mount.start()
+    with open(os.path.join(v.mnt, "f"), "rb") as f:
+        assert f.read() == b"background"
+    v.mount.stop()
+
+
+def test_background_mode_startup_error_is_reported(make_volume):
+    v = make_volume("bg")
+    r = run_kvfs(v.image, v.mnt + "-missing")
+    assert r.returncode != 0
+    assert "mountpoint" in one_line(r.stderr)
+    a = make_volume("other")
+    r = run_kvfs("-o", f"index={a.image}.index", v.image, v.mnt)
+    assert r.returncode != 0
+    assert "foreign index" in one_line(r.stderr)
+
+
+def test_connection_parameters(vol):
+    dev = os.stat(vol.path).st_dev
+    conn = f"/sys/fs/fuse/connections/{os.minor(dev)}"
+    if not os.path.isdir("/sys/fs/fuse/connections") or not os.listdir(
+            "/sys/fs/fuse/connections"):
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"],
+                       capture_output=True)
+    assert os.path.isdir(conn), "fusectl is not available"
+    with open(os.path.join(conn, "max_background")) as f:
+        assert int(f.read()) >= 64
+    with open(os.path.join(conn, "congestion_threshold")) as f:
+        assert int(f.read()) >= 48
+    with open("/proc/self/mountinfo") as f:
+        line = next(l for l in f if f" {vol.path} " in l)
+    assert "default_permissions" in line and "allow_other" in line
+    assert "max_read=1048576" in line

@@ -1,0 +1,279 @@
+// kvfs: the mount daemon. Opens a kvfs volume and serves it through FUSE.
+//
+//   kvfs [-f] [-d] [-o OPTION[,OPTION...]] DEVICE... MOUNTPOINT
+//
+// Everything that can fail for a reason the user can fix (a missing
+// mountpoint, a device that is not kvfs, a foreign index, a volume already
+// in use) is checked before the command returns: one line on stderr and a
+// non-zero exit. Unless -f, the daemon then runs in the background; the
+// command exits 0 once the file system is mounted. SIGTERM, SIGINT, SIGHUP
+// and `fusermount3 -u` unmount cleanly: staged data written, the index
+// committed and synced, RocksDB closed, exit 0.
+#include <fuse_lowlevel.h>
+#include <spdlog/sinks/dist_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/sinks/syslog_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fs/file_system.h"
+#include "fuse/daemon.h"
+#include "fuse/detach.h"
+#include "volume/volume.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: kvfs [-f] [-d] [-o OPTION[,OPTION...]] DEVICE... MOUNTPOINT\n"
+    "\n"
+    "Mounts the kvfs volume on DEVICE... (block devices or image files made by\n"
+    "mkfs.kvfs) at MOUNTPOINT.\n"
+    "\n"
+    "  -f                    stay in the foreground\n"
+    "  -d                    FUSE debug output (implies -f)\n"
+    "  -h, --help            this text, then libfuse's options\n"
+    "  -V, --version         versions of kvfs and libfuse\n"
+    "\n"
+    "kvfs options (-o):\n"
+    "  index=DIR             index directory (default for an image file: IMAGE.index;\n"
+    "                        required for a block device)\n"
+    "  dirty_mb=N            memory for staged (not yet written) data, MiB (256)\n"
+    "  rings=N               io_uring rings (0: sized to the machine)\n"
+    "  entry_timeout=S       kernel caching of names, seconds (10)\n"
+    "  attr_timeout=S        kernel caching of attributes, seconds (10)\n"
+    "  negative_timeout=S    kernel caching of missing names, seconds (10; 0: off)\n"
+    "  max_threads=N         FUSE worker threads (64)\n"
+    "  log_level=L           trace, debug, info, warn, error, critical, off (info)\n"
+    "\n"
+    "Other -o options go to libfuse and the kernel (see below with -h).\n";
+
+// Filled by fuse_opt_parse (a C struct: libfuse writes fields by offset).
+struct Config {
+  char* index = nullptr;
+  unsigned dirty_mb = 256;
+  unsigned rings = 0;
+  double entry_timeout = 10.0;
+  double attr_timeout = 10.0;
+  double negative_timeout = 10.0;
+  unsigned max_threads = 64;
+  char* log_level = nullptr;
+  int foreground = 0;
+  int show_help = 0;
+  int show_version = 0;
+};
+
+struct Parsed {
+  Config cfg;
+  std::vector<std::string> positional;  // DEVICE... MOUNTPOINT
+};
+
+enum Key { kKeyForeground, kKeyDebug, kKeyHelp, kKeyVersion };
+
+#define KVFS_OPT(t, field) {t, offsetof(Config, field), 1}
+const fuse_opt kOptions[] = {
+    KVFS_OPT("index=%s", index),
+    KVFS_OPT("dirty_mb=%u", dirty_mb),
+    KVFS_OPT("rings=%u", rings),
+    KVFS_OPT("entry_timeout=%lf", entry_timeout),
+    KVFS_OPT("attr_timeout=%lf", attr_timeout),
+    KVFS_OPT("negative_timeout=%lf", negative_timeout),
+    KVFS_OPT("max_threads=%u", max_threads),
+    KVFS_OPT("log_level=%s", log_level),
+    FUSE_OPT_KEY("-f", kKeyForeground),
+    FUSE_OPT_KEY("-d", kKeyDebug),
+    FUSE_OPT_KEY("debug", kKeyDebug),
+    FUSE_OPT_KEY("-h", kKeyHelp),
+    FUSE_OPT_KEY("--help", kKeyHelp),
+    FUSE_OPT_KEY("-V", kKeyVersion),
+    FUSE_OPT_KEY("--version", kKeyVersion),
+    FUSE_OPT_END,
+};
+#undef KVFS_OPT
+
+// Returns 0 to consume an argument, 1 to pass it on to libfuse.
+int ProcessArg(void* data, const char* arg, int key, fuse_args* /*outargs*/) {
+  Parsed& p = *static_cast<Parsed*>(data);
+  switch (key) {
+    case FUSE_OPT_KEY_NONOPT:
+      p.positional.emplace_back(arg);
+      return 0;
+    case kKeyForeground:
+      p.cfg.foreground = 1;
+      return 0;
+    case kKeyDebug:  // libfuse's own debug output needs a terminal
+      p.cfg.foreground = 1;
+      return 1;
+    case kKeyHelp:
+      p.cfg.show_help = 1;
+      return 0;
+    case kKeyVersion:
+      p.cfg.show_version = 1;
+      return 0;
+    default:
+      return 1;
+  }
+}
+
+[[noreturn]] void Fail(const std::string& msg) {
+  std::fprintf(stderr, "kvfs: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+// realpath(3), or a one-line failure naming `what`.
+std::string Resolve(const std::string& path, const char* what) {
+  char buf[PATH_MAX];
+  if (realpath(path.c_str(), buf) == nullptr) {
+    Fail(std::string(what) + " " + path + ": " + std::strerror(errno));
+  }
+  return buf;
+}
+
+// Logs go to stderr; once the daemon is in the background, to syslog.
+std::shared_ptr<spdlog::sinks::dist_sink_mt> SetUpLogging(const char* level_name) {
+  spdlog::level::level_enum level = spdlog::level::info;
+  if (level_name != nullptr) {
+    level = spdlog::level::from_str(level_name);
+    if (level == spdlog::level::off && std::strcmp(level_name, "off") != 0) {
+      Fail(std::string("log_level=") + level_name +
+           ": not one of trace, debug, info, warn, error, critical, off");
+    }
+  }
+  auto dist = std::make_shared<spdlog::sinks::dist_sink_mt>();
+  dist->add_sink(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>("kvfs", dist);
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::warn);
+  spdlog::set_default_logger(logger);
+  return dist;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  Parsed p;
+  if (fuse_opt_parse(&args, &p, kOptions, ProcessArg) != 0) {
+    Fail("bad options (try kvfs --help)");
+  }
+  Config& cfg = p.cfg;
+  if (cfg.show_help) {
+    std::printf("%s\nlibfuse options:\n", kUsage);
+    std::fflush(stdout);
+    fuse_lowlevel_help();
+    return 0;
+  }
+  if (cfg.show_version) {
+    std::printf("kvfs %s\n", KVFS_VERSION);
+    std::fflush(stdout);
+    fuse_lowlevel_version();
+    return 0;
+  }
+  if (p.positional.size() < 2) {
+    std::fputs(kUsage, stderr);
+    return 1;
+  }
+  if (cfg.dirty_mb == 0) Fail("dirty_mb must be at least 1");
+  if (cfg.max_threads == 0) Fail("max_threads must be at least 1");
+  if (cfg.entry_timeout < 0 || cfg.attr_timeout < 0 || cfg.negative_timeout < 0) {
+    Fail("timeouts must not be negative");
+  }
+  auto log_sinks = SetUpLogging(cfg.log_level);
+
+  // Absolute paths: the daemon changes to / and RocksDB opens files in the
+  // index directory for as long as it runs.
+  std::vector<std::string> devices;
+  for (size_t i = 0; i + 1 < p.positional.size(); ++i) {
+    devices.push_back(Resolve(p.positional[i], "device"));
+  }
+  std::string mountpoint = Resolve(p.positional.back(), "mountpoint");
+  struct stat mst;
+  if (stat(mountpoint.c_str(), &mst) != 0 || !S_ISDIR(mst.st_mode)) {
+    Fail("mountpoint " + mountpoint + ": not a directory");
+  }
+  kvfs::volume::VolumeOptions vopt;
+  if (cfg.index != nullptr) {
+    std::error_code ec;
+    vopt.index_dir = std::filesystem::absolute(cfg.index, ec).lexically_normal().string();
+    if (ec) Fail(std::string("index ") + cfg.index + ": " + ec.message());
+  }
+  vopt.engine.staging_pool_bytes = static_cast<size_t>(cfg.dirty_mb) << 20;
+  vopt.engine.rings = cfg.rings;
+
+  // Before any thread exists: the signals that end the session must reach
+  // the thread running its loop (fuse/daemon.h), and fork keeps only the
+  // calling thread.
+  kvfs::fuse::BlockTerminationSignals();
+  std::optional<kvfs::fuse::Detacher> detacher;
+  if (!cfg.foreground) {
+    auto d = kvfs::fuse::Detacher::Fork();  // the parent exits in there
+    if (!d.ok()) Fail(d.status().ToString());
+    detacher.emplace(std::move(d).value());
+  }
+
+  auto volume = kvfs::volume::Volume::Open(devices, vopt);
+  if (!volume.ok()) Fail(volume.status().ToString());
+  // From here on, failures return (not exit) so that the volume's threads
+  // stop and its index closes in the destructors.
+  auto fs = kvfs::fs::FileSystem::Create(**volume, kvfs::fs::FileSystemOptions{});
+  if (!fs.ok()) {
+    std::fprintf(stderr, "kvfs: %s\n", fs.status().ToString().c_str());
+    return 1;
+  }
+
+  // What mount(8) and /proc/mounts show: fuse.kvfs, and the first device.
+  std::string fsname = devices[0];
+  if (fsname.find_first_of(",\\") != std::string::npos) fsname = "kvfs";
+  std::string names = "-osubtype=kvfs,fsname=" + fsname;
+  // Inserted before the user's options so that theirs win.
+  if (fuse_opt_insert_arg(&args, 1, names.c_str()) != 0) {
+    std::fprintf(stderr, "kvfs: out of memory\n");
+    return 1;
+  }
+
+  kvfs::fuse::MountOptions mopt;
+  mopt.timeouts.entry_s = cfg.entry_timeout;
+  mopt.timeouts.attr_s = cfg.attr_timeout;
+  mopt.timeouts.negative_s = cfg.negative_timeout;
+  mopt.max_threads = cfg.max_threads;
+  auto mount = kvfs::fuse::Mount::Create(**fs, mopt, &args, mountpoint);
+  if (!mount.ok()) {
+    // libfuse has printed its reason; the FileSystem and Volume close cleanly.
+    std::fprintf(stderr, "kvfs: %s\n", mount.status().ToString().c_str());
+    return 1;
+  }
+  spdlog::info("mounted {} at {}", devices[0], mountpoint);
+  if (detacher) {
+    log_sinks->set_sinks({std::make_shared<spdlog::sinks::syslog_sink_mt>(
+        "kvfs", LOG_PID, LOG_DAEMON, /*enable_formatting=*/false)});
+    detacher->Ready();
+  }
+
+  kvfs::Status run = (*mount)->Run();
+  mount->reset();  // unmounted; every reply sent
+  if (!run.ok()) spdlog::error("{}", run.ToString());
+
+  kvfs::Status shut = (*fs)->Shutdown();
+  if (!shut.ok()) spdlog::error("writing out staged data: {}", shut.ToString());
+  fs->reset();
+  volume->reset();  // the index (RocksDB) is closed, the devices unlocked
+  spdlog::info("unmounted {}", mountpoint);
+
+  fuse_opt_free_args(&args);
+  std::free(cfg.index);
+  std::free(cfg.log_level);
+  return run.ok() && shut.ok() ? 0 : 1;
+}

@@ -1,0 +1,42 @@
+// mkfs.kvfs: format devices (or image files) as a kvfs volume and create its
+// index. See man/mkfs.kvfs.8.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "volume/format_volume.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Format devices or image files as a kvfs volume and create its RocksDB index."};
+  app.name("mkfs.kvfs");
+  std::vector<std::string> devices;
+  kvfs::volume::FormatOptions opt;
+  bool quiet = false;
+  app.add_flag("-f,--force", opt.force,
+               "Overwrite an existing kvfs volume, filesystem signature or index");
+  app.add_option("--index", opt.index_dir,
+                 "Index directory (default for an image file: IMAGE.index; required for a "
+                 "block device)");
+  app.add_option("--size", opt.size_bytes,
+                 "Create or extend image files to this size (bytes; K, M, G, T suffixes)")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_flag("-q,--quiet", quiet, "Print nothing on success");
+  app.add_option("DEVICE", devices, "Block devices or image files of the volume")->required();
+  CLI11_PARSE(app, argc, argv);
+
+  opt.root_uid = getuid();
+  opt.root_gid = getgid();
+  auto r = kvfs::volume::FormatVolume(devices, opt);
+  if (!r.ok()) {
+    std::fprintf(stderr, "mkfs.kvfs: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  if (!quiet) {
+    std::printf("kvfs volume %s on %zu device(s), %.2f GiB of data space\nindex %s (%s)\n",
+                r->volume_uuid.ToString().c_str(), devices.size(),
+                static_cast<double>(r->data_bytes) / (1ull << 30), r->index_dir.c_str(),
+                r->index_uuid.ToString().c_str());
+  }
+  return 0;
+}
