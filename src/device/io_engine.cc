@@ -80,6 +80,10 @@ struct Request {
 // a Submit() from a `done` callback can stay on that thread's own ring.
 thread_local const void* tls_engine = nullptr;
 thread_local unsigned tls_ring = 0;
+// Set when a callback queued SQEs on its own completion thread's ring: the
+// thread hands them to the kernel in the same io_uring_enter with which it
+// next waits, one syscall per round trip instead of two.
+thread_local bool tls_deferred_enter = false;
 // Per-thread scratch for Submit(): commands grouped by ring. Submit() never
 // runs callbacks, so it is not re-entered on one thread.
 thread_local std::vector<std::vector<Command*>> tls_batches;
@@ -97,9 +101,11 @@ class IoEngine::Impl {
     std::deque<Command*> pending;  // GUARDED_BY(mu): waiting for the in-flight cap
     unsigned inflight = 0;         // GUARDED_BY(mu): commands owned by the kernel
     unsigned max_inflight = 0;     // GUARDED_BY(mu)
-    bool submit_failed = false;    // GUARDED_BY(mu): SQEs queued, enter failed
     // inflight + pending.size(), read without mu as a placement hint only.
     std::atomic<unsigned> load{0};
+    // An io_uring_enter failed with SQEs published: the next Pump() enters
+    // again whatever it prepares.
+    std::atomic<bool> enter_failed{false};
     std::thread thread;
   };
 
@@ -131,8 +137,17 @@ class IoEngine::Impl {
  private:
   Status Validate(const IoRequest& r) const;
   unsigned StartRing(uint32_t ncmds);
-  void Pump(Ring& r);          // REQUIRES: r.mu held
-  void SubmitLocked(Ring& r);  // REQUIRES: r.mu held
+  // Moves pending commands into SQEs up to the cap and publishes them to
+  // the kernel. Returns whether an io_uring_enter is needed to submit them.
+  // REQUIRES: r.mu held.
+  bool Pump(Ring& r);
+  // Publishes prepared SQEs (the SQ tail) without a syscall.
+  // REQUIRES: r.mu held.
+  static void FlushSq(Ring& r);
+  // io_uring_enter: submits every published SQE and, if `wait`, waits for
+  // at least one CQE (or returns early; callers loop). Needs no lock: the
+  // kernel serializes submitters and never consumes an SQE twice.
+  void Enter(Ring& r, bool wait);
   void Prep(io_uring_sqe* sqe, Command* c) const;
   void RunCompletions(unsigned ring_index);
   // REQUIRES: the ring's mu held
@@ -221,19 +236,18 @@ IoEngine::Impl::~Impl() {
     // Nothing is queued or in flight now; a NOP with kStopTag ends each
     // completion thread without polling.
     for (auto& r : rings_) {
-      std::lock_guard<std::mutex> l(r->mu);
-      io_uring_sqe* sqe = io_uring_get_sqe(&r->uring);
-      if (sqe == nullptr) {
-        SubmitLocked(*r);
-        sqe = io_uring_get_sqe(&r->uring);
+      {
+        std::lock_guard<std::mutex> l(r->mu);
+        io_uring_sqe* sqe = io_uring_get_sqe(&r->uring);
+        if (sqe == nullptr) {  // cannot happen with nothing in flight
+          std::fprintf(stderr, "kvfs io engine: no SQE for the stop NOP\n");
+          std::abort();
+        }
+        io_uring_prep_nop(sqe);
+        io_uring_sqe_set_data64(sqe, kStopTag);
+        FlushSq(*r);
       }
-      if (sqe == nullptr) {
-        std::fprintf(stderr, "kvfs io engine: no SQE for the stop NOP\n");
-        std::abort();
-      }
-      io_uring_prep_nop(sqe);
-      io_uring_sqe_set_data64(sqe, kStopTag);
-      SubmitLocked(*r);
+      Enter(*r, false);
     }
     for (auto& r : rings_) r->thread.join();
   }
@@ -347,12 +361,19 @@ void IoEngine::Impl::Submit(std::span<IoRequest> reqs) {
     std::vector<Command*>& batch = tls_batches[i];
     if (batch.empty()) continue;
     Ring& ring = *rings_[i];
+    bool enter;
     {
       std::lock_guard<std::mutex> l(ring.mu);
       ring.pending.insert(ring.pending.end(), batch.begin(), batch.end());
-      Pump(ring);
+      enter = Pump(ring);
     }
     batch.clear();
+    if (!enter) continue;
+    if (tls_engine == this && tls_ring == i) {
+      tls_deferred_enter = true;  // this ring's thread enters when it next waits
+    } else {
+      Enter(ring, false);
+    }
   }
 }
 
@@ -388,16 +409,17 @@ void IoEngine::Impl::Prep(io_uring_sqe* sqe, Command* c) const {
   io_uring_sqe_set_data(sqe, c);
 }
 
-void IoEngine::Impl::Pump(Ring& r) {
+bool IoEngine::Impl::Pump(Ring& r) {
   unsigned prepared = 0;
   // The cap is checked before an SQE is taken: commands beyond it stay in
   // `pending` (FIFO) until completions free slots.
   while (r.inflight < options_.queue_depth && !r.pending.empty()) {
     io_uring_sqe* sqe = io_uring_get_sqe(&r.uring);
     if (sqe == nullptr) {
-      // SQ full (it holds the cap, so only if the kernel has not consumed
-      // earlier entries yet): hand them over and try once more.
-      SubmitLocked(r);
+      // SQ full: it holds the cap, so only if published entries have not
+      // been entered yet (a deferred enter). Hand them over and retry.
+      FlushSq(r);
+      Enter(r, false);
       sqe = io_uring_get_sqe(&r.uring);
       if (sqe == nullptr) break;  // left in pending; the next completion retries
     }
@@ -407,28 +429,59 @@ void IoEngine::Impl::Pump(Ring& r) {
     ++r.inflight;
     ++prepared;
   }
-  if (prepared > 0 || r.submit_failed) SubmitLocked(r);
   r.max_inflight = std::max(r.max_inflight, r.inflight);
   r.load.store(r.inflight + static_cast<unsigned>(r.pending.size()), std::memory_order_relaxed);
+  if (prepared == 0 && !r.enter_failed.load(std::memory_order_relaxed)) return false;
+  FlushSq(r);
+  return true;
 }
 
-void IoEngine::Impl::SubmitLocked(Ring& r) {
+void IoEngine::Impl::FlushSq(Ring& r) {
+  // What liburing's io_uring_submit() does before its syscall: make the
+  // prepared SQEs visible by moving the SQ tail (the SQ array maps slot i
+  // to SQE i since setup). Done under mu so that it never publishes an SQE
+  // another thread is still filling in.
+  io_uring_sq* sq = &r.uring.sq;
+  unsigned tail = sq->sqe_tail;
+  if (sq->sqe_head != tail) {
+    sq->sqe_head = tail;
+    __atomic_store_n(sq->ktail, tail, __ATOMIC_RELEASE);
+  }
+}
+
+void IoEngine::Impl::Enter(Ring& r, bool wait) {
+  const unsigned flags = wait ? IORING_ENTER_GETEVENTS : 0;
   for (int tries = 0;; ++tries) {
-    int ret = io_uring_submit(&r.uring);
+    // Exactly what is published and not yet consumed: the kernel skips the
+    // wait when it submits fewer SQEs than asked. Another thread may enter
+    // between these loads and the syscall; then this call submits less and
+    // returns without waiting, and the caller loops.
+    io_uring_sq* sq = &r.uring.sq;
+    const unsigned to_submit = __atomic_load_n(sq->ktail, __ATOMIC_ACQUIRE) -
+                               __atomic_load_n(sq->khead, __ATOMIC_ACQUIRE);
+    int ret = io_uring_enter(r.uring.ring_fd, to_submit, wait ? 1 : 0, flags, nullptr);
     if (ret >= 0) {
-      r.submit_failed = false;
+      r.enter_failed.store(false, std::memory_order_relaxed);
       return;
     }
-    if (ret == -EINTR) continue;
+    if (ret == -EINTR) {
+      if (wait) return;  // the caller loops; submission already happened or is retried
+      continue;
+    }
     if ((ret == -EAGAIN || ret == -EBUSY) && tries < 1000) {
-      // Transient kernel resource shortage; the SQEs stay in the ring.
+      // Transient kernel resource shortage; the SQEs stay published.
       std::this_thread::yield();
       continue;
     }
-    // The SQEs stay queued in the ring; the next submit on this ring (after
-    // any completion or Submit()) hands them over again.
-    std::fprintf(stderr, "kvfs io engine: io_uring_submit: %s\n", std::strerror(-ret));
-    r.submit_failed = true;
+    std::fprintf(stderr, "kvfs io engine: io_uring_enter: %s\n", std::strerror(-ret));
+    if (wait) {
+      // The completion thread cannot wait any more: commands in flight
+      // could never complete and callers would hang silently.
+      std::abort();
+    }
+    // The published SQEs stay in the ring; the next Pump() on this ring
+    // enters again.
+    r.enter_failed.store(true, std::memory_order_relaxed);
     return;
   }
 }
@@ -508,16 +561,20 @@ void IoEngine::Impl::RunCompletions(unsigned ring_index) {
   std::vector<Command*> retry;
   std::vector<Request*> finished;
   bool stop = false;
+  bool enter = false;  // SQEs this thread published but did not enter
   while (!stop) {
-    io_uring_cqe* cqe = nullptr;
-    int ret = io_uring_wait_cqe(&r.uring, &cqe);
-    if (ret == -EINTR || ret == -EAGAIN) continue;
-    if (ret < 0) {
-      // Commands in flight can no longer be completed; carrying on would
-      // leave callers waiting forever.
-      std::fprintf(stderr, "kvfs io engine: io_uring_wait_cqe: %s\n", std::strerror(-ret));
-      std::abort();
+    if (io_uring_cq_ready(&r.uring) == 0) {
+      // Submit what this thread queued and sleep until a CQE arrives, in
+      // one syscall. No polling: the destructor's NOP ends the wait.
+      Enter(r, true);
+      enter = false;
+      continue;
     }
+    if (enter) {
+      Enter(r, false);
+      enter = false;
+    }
+    io_uring_cqe* cqe = nullptr;
     unsigned head;
     unsigned seen = 0, commands = 0;
     {
@@ -541,13 +598,17 @@ void IoEngine::Impl::RunCompletions(unsigned ring_index) {
       r.inflight -= commands;
       // Remainders jump the queue: their requests are already under way.
       for (auto it = retry.rbegin(); it != retry.rend(); ++it) r.pending.push_front(*it);
-      Pump(r);
+      enter = Pump(r);
     }
     retry.clear();
-    // Callbacks run holding no lock; they may Submit().
+    // Callbacks run holding no lock; they may Submit(). What they queue on
+    // this ring is entered by this thread at the top of the loop.
+    tls_deferred_enter = false;
     for (Request* q : finished) Finish(q);
     finished.clear();
+    enter = enter || tls_deferred_enter;
   }
+  if (enter) Enter(r, false);
   tls_engine = nullptr;
 }
 

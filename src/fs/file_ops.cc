@@ -10,6 +10,7 @@
 
 #include "common/crc32c.h"
 #include "common/format.h"
+#include "fs/chunk_cache.h"
 #include "fs/file_system_impl.h"
 
 namespace kvfs::fs {
@@ -62,7 +63,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
     rec.nlink = 1;
     rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
     rec.generation = 1;
-    file = std::make_shared<InodeState>(rec);
+    file = std::make_shared<InodeState>(rec, next_token_++);
     {
       std::lock_guard<std::mutex> l(p->mu);
       if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
@@ -102,6 +103,7 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags) {
       c->inodes.push_back(i);
       Enqueue(c);
     }
+    if ((flags & O_ACCMODE) != O_WRONLY && options_.prefetch != PrefetchMode::kOff) Prefetch(i);
   }
   {
     std::lock_guard<std::mutex> t(table_mu_);
@@ -473,6 +475,7 @@ void FileSystem::Impl::OnChunkWritten(const InodeRef& inode, uint64_t ci,
         pos += e.len;
       }
       cs.installed_seq = cb->seq;
+      cache_->Erase(inode->token, ci);  // an older version's bytes
       if (!inode->data_change_queued) {
         inode->data_change_queued = true;
         data_change = NewChange();
@@ -507,6 +510,7 @@ void FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
     for (auto it = inode->chunks.lower_bound(first_dropped); it != inode->chunks.end();) {
       for (auto& fe : it->second.extents) inode->free_pending.push_back(fe.ext);
       if (it->second.staged) FreeNow(it->second.staged->alloc);
+      cache_->Erase(inode->token, it->first);
       it = inode->chunks.erase(it);
     }
     // Keep surviving in-flight chunks current despite the new epoch.
@@ -565,6 +569,13 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
     uint64_t len;       // wanted bytes
   };
   std::vector<Piece> pieces;
+  struct Wait {
+    std::shared_ptr<CachedChunk> chunk;
+    uint64_t chunk_off;  // where the wanted bytes start in the cached chunk
+    uint64_t out_off;
+    uint64_t len;
+  };
+  std::vector<Wait> waits;
   std::unique_ptr<char, FreeDeleter> out;
   uint64_t len;
   {
@@ -593,7 +604,16 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
         std::memcpy(dst + (pos - off), mem->buf.data() + (pos - cstart), hi - pos);
       } else {
         std::memset(dst + (pos - off), 0, hi - pos);  // holes stay zero
-        if (it != i->chunks.end()) {
+        std::shared_ptr<CachedChunk> cached;
+        if (it != i->chunks.end() && !it->second.extents.empty()) {
+          cached = cache_->Get(i->token, ci, it->second.installed_seq);
+          if (cached && cached->state() == CachedChunk::State::kFailed) cached.reset();
+        }
+        if (cached) {
+          // Served from RAM, now or when its load lands.
+          uint64_t avail_end = std::min(hi, cstart + cached->capacity);
+          if (avail_end > pos) waits.push_back({cached, pos - cstart, pos - off, avail_end - pos});
+        } else if (it != i->chunks.end()) {
           for (const index::FileExtent& fe : it->second.extents) {
             uint64_t a = std::max(pos, fe.file_off);
             uint64_t b = std::min(hi, fe.file_off + fe.ext.len);
@@ -615,13 +635,15 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
       }
       pos = hi;
     }
-    if (!pieces.empty()) {
+    if (!pieces.empty() || !waits.empty()) {
       i->reads_inflight++;
       std::lock_guard<std::mutex> t(table_mu_);
       i->pending_changes++;  // pinned until the reads complete
     }
   }
-  if (pieces.empty()) return done(Status::OK(), std::span<const char>(out.get(), len));
+  if (pieces.empty() && waits.empty()) {
+    return done(Status::OK(), std::span<const char>(out.get(), len));
+  }
 
   struct ReadState {
     std::unique_ptr<char, FreeDeleter> out;
@@ -638,8 +660,34 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
   rs->len = len;
   rs->pieces = std::move(pieces);
   rs->bounce.resize(rs->pieces.size());
-  rs->left = rs->pieces.size();
+  rs->left = rs->pieces.size() + waits.size() + 1;  // +1: released after setup
   rs->done = std::move(done);
+  auto finish_one = [this, i, rs] {
+    if (rs->left.fetch_sub(1) != 1) return;
+    FinishDeviceRead(i);
+    Status fin;
+    {
+      std::lock_guard<std::mutex> l(rs->mu);
+      fin = rs->first;
+    }
+    if (fin.ok()) {
+      rs->done(Status::OK(), std::span<const char>(rs->out.get(), rs->len));
+    } else {
+      rs->done(fin, {});
+    }
+  };
+  for (Wait& w : waits) {
+    auto copy = [rs, w, finish_one](bool ok) {
+      if (ok) {
+        std::memcpy(rs->out.get() + w.out_off, w.chunk->data.get() + w.chunk_off, w.len);
+      } else {
+        std::lock_guard<std::mutex> l(rs->mu);
+        if (rs->first.ok()) rs->first = Status::Error(EIO, "prefetch of the data failed");
+      }
+      finish_one();
+    };
+    if (!w.chunk->WaitIfLoading(copy)) copy(w.chunk->state() == CachedChunk::State::kReady);
+  }
   std::vector<device::IoRequest> reqs;
   for (size_t k = 0; k < rs->pieces.size(); ++k) {
     Piece& p = rs->pieces[k];
@@ -658,7 +706,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
     r.byte_off = p.dev_off;
     r.buf = target;
     r.len = target ? p.dev_len : 0;
-    r.done = [this, i, rs, k](Status st) {
+    r.done = [rs, k, finish_one](Status st) {
       const Piece& piece = rs->pieces[k];
       if (st.ok() && !piece.direct && rs->bounce[k]) {
         std::memcpy(rs->out.get() + piece.out_off, rs->bounce[k].get() + piece.skip, piece.len);
@@ -667,21 +715,53 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
         std::lock_guard<std::mutex> l(rs->mu);
         if (rs->first.ok()) rs->first = st;
       }
-      if (rs->left.fetch_sub(1) == 1) {
-        FinishDeviceRead(i);
-        Status fin;
-        {
-          std::lock_guard<std::mutex> l(rs->mu);
-          fin = rs->first;
-        }
-        if (fin.ok()) {
-          rs->done(Status::OK(), std::span<const char>(rs->out.get(), rs->len));
-        } else {
-          rs->done(fin, {});
-        }
-      }
+      finish_one();
     };
     reqs.push_back(std::move(r));
+  }
+  if (!reqs.empty()) io_.Submit(reqs);
+  finish_one();  // setup's own count: the reply may now go out
+}
+
+// ------------------------------------------------------------ prefetch
+
+void FileSystem::Impl::Prefetch(const InodeRef& inode) {
+  if (!inode->is_reg() || inode->deleted) return;
+  if (inode->rec.size > options_.prefetch_file_max_bytes) return;
+  std::vector<device::IoRequest> reqs;
+  int loads = 0;
+  for (auto& [ci, cs] : inode->chunks) {
+    if (cs.staged || cs.inflight || cs.extents.empty()) continue;
+    if (cache_->unused_prefetch_bytes() >= options_.prefetch_budget_bytes) break;
+    const uint64_t cstart = ci * kChunkBytes;
+    uint64_t capacity = 0;
+    for (const auto& fe : cs.extents) capacity = std::max(capacity, fe.file_off + fe.ext.len - cstart);
+    auto entry = cache_->StartLoad(inode->token, ci, cs.installed_seq, capacity, true);
+    if (!entry) continue;  // cached already, or no room
+    ++loads;
+    auto left = std::make_shared<std::atomic<size_t>>(cs.extents.size());
+    auto ok = std::make_shared<std::atomic<bool>>(true);
+    for (const auto& fe : cs.extents) {
+      device::IoRequest r;
+      r.op = device::IoOp::kRead;
+      r.device = fe.ext.device;
+      r.byte_off = fe.ext.byte_off;
+      r.buf = entry->data.get() + (fe.file_off - cstart);
+      r.len = fe.ext.len;
+      r.done = [this, inode, entry, left, ok](Status st) {
+        if (!st.ok()) *ok = false;
+        if (left->fetch_sub(1) != 1) return;
+        entry->Finish(ok->load());
+        FinishDeviceRead(inode);
+      };
+      reqs.push_back(std::move(r));
+    }
+  }
+  if (loads == 0) return;
+  inode->reads_inflight += loads;
+  {
+    std::lock_guard<std::mutex> t(table_mu_);
+    inode->pending_changes += loads;  // pinned until the loads complete
   }
   io_.Submit(reqs);
 }

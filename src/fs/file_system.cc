@@ -15,7 +15,11 @@ namespace kvfs::fs {
 // ---------------------------------------------------------------- Impl core
 
 FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options)
-    : volume_(volume), io_(volume.io()), pool_(volume.buffers()), options_(options) {
+    : volume_(volume),
+      io_(volume.io()),
+      pool_(volume.buffers()),
+      options_(options),
+      cache_(std::make_unique<ChunkCache>(options.cache_bytes)) {
   committer_ = std::make_unique<Committer>(
       volume_.index(), [this](Change& c, index::WriteBatch& b) { BuildChange(c, b); },
       [this](Change& c, Status st) { ChangeCommitted(c, st); }, [this] { return FlushDevices(); },
@@ -67,7 +71,7 @@ Result<InodeRef> FileSystem::Impl::GetInode(uint64_t ino) {
   }
   // Not in memory, so nothing about it is pending: the index is current.
   KVFS_ASSIGN_OR_RETURN(index::Inode rec, volume_.index().GetInode(ino));
-  auto state = std::make_shared<InodeState>(rec);
+  auto state = std::make_shared<InodeState>(rec, next_token_++);
   state->durable_size = rec.size;
   for (const index::FileExtent& fe : rec.extents) {
     uint64_t ci = fe.file_off / kChunkBytes;
@@ -88,7 +92,10 @@ void FileSystem::Impl::MaybeEvict(const InodeRef& inode) {
   if (inode->lookups == 0 && inode->opens == 0 && inode->pending_changes == 0 &&
       inode->rec.ino != kRootIno) {
     auto it = inodes_.find(inode->rec.ino);
-    if (it != inodes_.end() && it->second == inode) inodes_.erase(it);
+    if (it != inodes_.end() && it->second == inode) {
+      inodes_.erase(it);
+      cache_->EraseOwner(inode->token);
+    }
   }
 }
 
@@ -181,6 +188,7 @@ void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
       inode->free_pending.clear();
     }
     batch.DeleteInode(inode->rec.ino);
+    cache_->EraseOwner(inode->token);
     if (!frees.empty()) c.frees.emplace_back(inode, std::move(frees));
   }
   for (uint64_t ino : c.orphan_puts) batch.PutOrphan(ino);
@@ -263,6 +271,57 @@ Status FileSystem::Impl::FlushAll() {
     }
   }
   return committer_->Drain(false);
+}
+
+Status FileSystem::Impl::DropCache() {
+  Status st = FlushAll();
+  cache_->Clear();
+  return st;
+}
+
+Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
+  KVFS_ASSIGN_OR_RETURN(InodeRef i, GetInode(ino));
+  if (!i->is_dir()) {
+    std::lock_guard<std::mutex> l(i->mu);
+    Prefetch(i);
+    return Status::OK();
+  }
+  // A directory: each file in it, in name order, until the budget is used.
+  std::vector<uint64_t> children;
+  {
+    std::lock_guard<std::mutex> ns(ns_mu_);
+    KVFS_RETURN_IF_ERROR(volume_.index().ListEntries(ino, "", [&](std::string_view, uint64_t c) {
+      children.push_back(c);
+      return true;
+    }));
+    auto lo = pending_entries_.lower_bound(std::make_pair(ino, std::string()));
+    for (auto it = lo; it != pending_entries_.end() && it->first.first == ino; ++it) {
+      if (it->second.child) children.push_back(it->second.child);
+    }
+  }
+  for (uint64_t c : children) {
+    if (cache_->unused_prefetch_bytes() >= options_.prefetch_budget_bytes) break;
+    auto child = GetInode(c);
+    if (!child.ok()) continue;
+    std::lock_guard<std::mutex> l((*child)->mu);
+    if ((*child)->is_reg()) Prefetch(*child);
+  }
+  return Status::OK();
+}
+
+Result<uint64_t> FileSystem::Impl::ResolvePath(std::string_view path) {
+  uint64_t ino = kRootIno;
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  while (!path.empty()) {
+    size_t slash = path.find('/');
+    std::string_view part = path.substr(0, slash);
+    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash + 1);
+    if (part.empty() || part == ".") continue;
+    if (part.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, std::string(part));
+    if (part == "..") return Status::Error(EINVAL, "'..' in a hint path");
+    KVFS_ASSIGN_OR_RETURN(ino, ResolveEntry(ino, part));
+  }
+  return ino;
 }
 
 Status FileSystem::Impl::Shutdown() {
@@ -348,5 +407,20 @@ Status FileSystem::ReadDir(
 void FileSystem::ReleaseDir(uint64_t dh) { impl_->ReleaseDir(dh); }
 FsStats FileSystem::StatFs() { return impl_->StatFs(); }
 Status FileSystem::FlushAll() { return impl_->FlushAll(); }
+Status FileSystem::Prefetch(uint64_t ino) { return impl_->PrefetchIno(ino); }
+Result<uint64_t> FileSystem::ResolvePath(std::string_view path) { return impl_->ResolvePath(path); }
+Status FileSystem::DropCache() { return impl_->DropCache(); }
+CacheStats FileSystem::cache_stats() {
+  CacheCounters c = impl_->cache_->counters();
+  CacheStats s;
+  s.hits = c.hits;
+  s.misses = c.misses;
+  s.bytes = c.bytes;
+  s.budget = c.budget;
+  s.prefetched_bytes = c.prefetched_bytes;
+  s.prefetch_used_bytes = c.prefetch_used_bytes;
+  s.prefetch_wasted_bytes = c.prefetch_wasted_bytes;
+  return s;
+}
 
 }  // namespace kvfs::fs

@@ -84,10 +84,33 @@ struct FsStats {
   uint32_t name_max = 255;
 };
 
+enum class PrefetchMode {
+  kOff,     // read only what is asked for
+  kOpen,    // opening a file for reading starts reading all of it
+  kLookup,  // kOpen, and a lookup of a file starts reading it too
+};
+
 struct FileSystemOptions {
   // Commit a group of changes at most this often when nothing waits for it
   // (fsync commits at once).
   unsigned commit_interval_ms = 5;
+  // RAM cache of file data (the kernel page cache is not used for it).
+  uint64_t cache_bytes = 1ull << 30;
+  PrefetchMode prefetch = PrefetchMode::kLookup;
+  // Files larger than this are not prefetched whole by open or lookup.
+  uint64_t prefetch_file_max_bytes = 64ull << 20;
+  // Speculative (prefetched, not yet read) bytes allowed in the cache.
+  uint64_t prefetch_budget_bytes = 512ull << 20;
+};
+
+struct CacheStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t bytes = 0;
+  uint64_t budget = 0;
+  uint64_t prefetched_bytes = 0;
+  uint64_t prefetch_used_bytes = 0;
+  uint64_t prefetch_wasted_bytes = 0;
 };
 
 class FileSystem {
@@ -153,8 +176,20 @@ class FileSystem {
 
   FsStats StatFs();
 
-  // Writes out all staged data and commits (not synced). For drop_cache.
+  // Writes out all staged data and commits (not synced).
   Status FlushAll();
+
+  // --- RAM cache and prefetch hints.
+  // Starts reading a whole file (or, for a directory, each file in it) into
+  // the RAM cache on the prefetch lane, within the cache and prefetch
+  // budgets. Returns at once.
+  Status Prefetch(uint64_t ino);
+  // The inode of `path`, relative to the root ("a/b/c"); ENOENT etc.
+  Result<uint64_t> ResolvePath(std::string_view path);
+  // FlushAll(), then empties the RAM cache: the next reads come from the
+  // device (for fair cold-load measurements).
+  Status DropCache();
+  CacheStats cache_stats();
 
   // Implementation details follow.
   class Impl;

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fs/chunk_cache.h"
 #include "fs/committer.h"
 #include "fs/file_system.h"
 #include "fs/inode_state.h"
@@ -51,6 +52,9 @@ class FileSystem::Impl {
   Status Shutdown();
   Status FlushAll();
   FsStats StatFs();
+  Status PrefetchIno(uint64_t ino);
+  Result<uint64_t> ResolvePath(std::string_view path);
+  Status DropCache();
   static Attr ToAttr(const index::Inode& rec);
   static int64_t NowNs();
 
@@ -113,6 +117,9 @@ class FileSystem::Impl {
   void TruncateData(const InodeRef& inode, uint64_t new_size);
   void FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents);
   void FinishDeviceRead(const InodeRef& inode);  // a device read finished (takes mu)
+  // Starts loading the file's chunks into the cache (prefetch lane), within
+  // the budgets. REQUIRES: inode->mu held.
+  void Prefetch(const InodeRef& inode);
   // Frees extents in the allocator now; logs a double free.
   void FreeNow(const std::vector<Extent>& extents);
   // Pool buffer for staging; pushes staged chunks out while none is free.
@@ -141,7 +148,8 @@ class FileSystem::Impl {
   std::mutex staged_mu_;
   std::unordered_map<uint64_t, std::weak_ptr<InodeState>> staged_inodes_;  // GUARDED_BY(staged_mu_)
 
-  std::atomic<uint64_t> live_inodes_{0};
+  std::atomic<uint64_t> next_token_{1};
+  std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<Committer> committer_;
   bool shut_down_ = false;
 };

@@ -47,7 +47,7 @@ struct ChunkState {
 };
 
 struct InodeState {
-  explicit InodeState(index::Inode r) : rec(std::move(r)) {}
+  InodeState(index::Inode r, uint64_t cache_token) : token(cache_token), rec(std::move(r)) {}
   bool is_dir() const { return (rec.mode & S_IFMT) == S_IFDIR; }
   bool is_reg() const { return (rec.mode & S_IFMT) == S_IFREG; }
 
@@ -55,6 +55,10 @@ struct InodeState {
   // committer's lock. Never held while waiting for I/O, except the
   // read-modify-write of a partly overwritten chunk (rare).
   std::mutex mu;
+
+  // Unique per InodeState (never reused, unlike a reloaded inode number):
+  // the owner key of its entries in the ChunkCache.
+  const uint64_t token;
 
   // Live metadata. rec.extents is unused: chunks hold the data.
   index::Inode rec;                                     // GUARDED_BY(mu)

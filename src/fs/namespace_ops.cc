@@ -59,6 +59,8 @@ Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
     child->lookups++;
   }
   std::lock_guard<std::mutex> l(child->mu);
+  // Connectors check which keys exist before they load them: start reading.
+  if (options_.prefetch == PrefetchMode::kLookup) Prefetch(child);
   return ToAttr(child->rec);
 }
 
@@ -127,7 +129,7 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
   rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
   rec.generation = 1;
   rec.parent = parent;
-  auto dir = std::make_shared<InodeState>(rec);
+  auto dir = std::make_shared<InodeState>(rec, next_token_++);
   {
     std::lock_guard<std::mutex> l(p->mu);
     if (p->deleted) return Status::Error(ENOENT, "mkdir in a removed directory");

@@ -185,9 +185,18 @@ std::vector<rocksdb::ColumnFamilyDescriptor> MakeCfDescriptors(size_t block_cach
   auto table = [&](bool with_filter) {
     rocksdb::BlockBasedTableOptions t;
     t.block_cache = cache;
+    // Index and filter blocks live in the bounded cache too, partitioned
+    // into ~4 KiB pieces under a small pinned top level. Unpartitioned, the
+    // filter of a file of 1M entries is a 1.2 MiB block: larger than a cache
+    // shard, so it was evicted and re-read from the file on every lookup
+    // (measured: 6k lookups/s instead of several 100k).
     t.cache_index_and_filter_blocks = true;
     t.cache_index_and_filter_blocks_with_high_priority = true;
     t.pin_l0_filter_and_index_blocks_in_cache = true;
+    t.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+    t.partition_filters = true;
+    t.metadata_block_size = 4096;
+    t.pin_top_level_index_and_filter = true;
     if (with_filter) {
       // ~1% false positives: a miss (stat of a name that does not exist)
       // costs a filter probe per level instead of a data block read.

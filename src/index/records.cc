@@ -13,8 +13,9 @@ namespace {
 
 // Encoded sizes of version 1 records.
 constexpr size_t kVolumeRecordSize = 1 + 4 + 16 + 16 + 4;
-// version, mode, uid, gid, nlink, size, atime, mtime, ctime, generation, extent count.
-constexpr size_t kInodeHeaderSize = 1 + 4 * 4 + 8 + 3 * 8 + 8 + 4;
+// version, mode, uid, gid, nlink, size, atime, mtime, ctime, generation,
+// parent, extent count.
+constexpr size_t kInodeHeaderSize = 1 + 4 * 4 + 8 + 3 * 8 + 8 + 8 + 4;
 // file_off, device, byte_off, len, crc32c.
 constexpr size_t kExtentSize = 8 + 4 + 8 + 8 + 4;
 constexpr size_t kU64ValueSize = 1 + 8;
@@ -103,6 +104,7 @@ std::string Inode::Encode() const {
   PutFixed64(&s, static_cast<uint64_t>(mtime_ns));
   PutFixed64(&s, static_cast<uint64_t>(ctime_ns));
   PutFixed64(&s, generation);
+  PutFixed64(&s, parent);
   PutFixed32(&s, static_cast<uint32_t>(extents.size()));
   for (const FileExtent& e : extents) {
     PutFixed64(&s, e.file_off);
@@ -137,7 +139,8 @@ Result<Inode> Inode::Decode(uint64_t ino, std::string_view v) {
   n.mtime_ns = static_cast<int64_t>(DecodeFixed64(p + 16));
   n.ctime_ns = static_cast<int64_t>(DecodeFixed64(p + 24));
   n.generation = DecodeFixed64(p + 32);
-  p += 40;
+  n.parent = DecodeFixed64(p + 40);
+  p += 48;
   const uint32_t count = DecodeFixed32(p);
   p += 4;
   // Compare without multiplying so a huge bogus count cannot overflow, and

@@ -46,11 +46,13 @@ class FsTest : public ::testing::Test {
     return o;
   }
 
+  virtual FileSystemOptions FsOpts() { return FileSystemOptions{}; }
+
   void Mount() {
     auto v = volume::Volume::Open({img_}, VolumeOpts());
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     vol_ = std::move(v).value();
-    auto f = FileSystem::Create(*vol_, FileSystemOptions{});
+    auto f = FileSystem::Create(*vol_, FsOpts());
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     fs_ = std::move(f).value();
   }

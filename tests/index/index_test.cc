@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "common/format.h"
-#include "index/temp_dir.h"
+#include "temp_dir.h"
 
 namespace kvfs::index {
 namespace {

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -23,6 +24,13 @@ FUSERMOUNT = shutil.which("fusermount3") or "/usr/bin/fusermount3"
 
 MiB = 1 << 20
 GiB = 1 << 30
+
+# A test that runs longer than this is taken as hung: its daemons' FUSE
+# connections are aborted (so blocked system calls return ENOTCONN), the
+# daemons killed, and the test fails -- instead of the suite hanging.
+TEST_TIMEOUT_S = float(os.environ.get("KVFS_TEST_TIMEOUT", "180"))
+
+_live_mounts = []  # Mounts with a running daemon (the watchdog's list)
 
 
 def can_mount():
@@ -82,6 +90,7 @@ class Mount:
         self.log_path = path + ".log"
 
     def start(self):
+        self.conn = None
         args = [KVFS_BIN, "-f"]
         if self.options:
             args += ["-o", self.options]
@@ -98,6 +107,31 @@ class Mount:
                 self.proc.kill()
                 pytest.fail(f"kvfs did not mount within 30 s: {self.read_log()}")
             time.sleep(0.01)
+        self.conn = os.minor(os.stat(self.path).st_dev)
+        _live_mounts.append(self)
+
+    def abort(self):
+        """Watchdog: record the daemon's threads, abort its FUSE connection
+        and kill it."""
+        proc = self.proc
+        if proc is None:
+            return
+        if shutil.which("gdb"):
+            with open(self.log_path, "ab") as log:
+                log.write(b"\n=== watchdog: daemon threads at timeout ===\n")
+                log.flush()
+                subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-ex",
+                                "thread apply all bt 30"], stdout=log, stderr=subprocess.DEVNULL,
+                               timeout=60)
+        conns = "/sys/fs/fuse/connections"
+        if not os.listdir(conns):
+            subprocess.run(["mount", "-t", "fusectl", "fusectl", conns], capture_output=True)
+        try:
+            with open(f"{conns}/{self.conn}/abort", "w") as f:
+                f.write("1")
+        except OSError:
+            pass
+        proc.kill()
 
     def read_log(self):
         self.log.flush()
@@ -119,11 +153,12 @@ class Mount:
             self.proc.wait()
             pytest.fail(f"kvfs did not exit within 120 s after unmount: {self.read_log()}")
         proc, self.proc = self.proc, None
+        if self in _live_mounts:
+            _live_mounts.remove(self)
         self.log.close()
         assert rc == 0, f"kvfs exited with {rc}: {self.read_log()}"
         assert mounted_fstype(self.path) is None, "still mounted after the daemon exited"
-        del proc
-        return rc
+        return proc.returncode
 
     def kill(self):
         """Teardown after a failure: make sure nothing stays mounted."""
@@ -135,7 +170,33 @@ class Mount:
                 self.proc.kill()
                 self.proc.wait()
             self.proc = None
+            if self in _live_mounts:
+                _live_mounts.remove(self)
             self.log.close()
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    """Fails a test that hangs (see TEST_TIMEOUT_S) rather than the suite."""
+    fired = threading.Event()
+    logs = []
+
+    def fire():
+        fired.set()
+        for m in list(_live_mounts):
+            m.abort()
+            logs.append(f"--- {m.log_path}:\n{m.read_log()[-20000:]}")
+
+    timer = threading.Timer(TEST_TIMEOUT_S, fire)
+    timer.daemon = True
+    timer.start()
+    yield
+    timer.cancel()
+    if fired.is_set():
+        for m in list(_live_mounts):
+            m.kill()
+        pytest.fail(f"test hung for more than {TEST_TIMEOUT_S:.0f} s: FUSE connection "
+                    "aborted, daemon killed. Daemon log with its threads:\n" + "\n".join(logs))
 
 
 class Volume:

@@ -1,0 +1,135 @@
+#include "fs/chunk_cache.h"
+
+namespace kvfs::fs {
+
+bool CachedChunk::WaitIfLoading(std::function<void(bool ok)> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (state_ != State::kLoading) return false;
+  waiters_.push_back(std::move(fn));
+  return true;
+}
+
+CachedChunk::State CachedChunk::state() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_;
+}
+
+void CachedChunk::Finish(bool ok) {
+  std::vector<std::function<void(bool)>> w;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    state_ = ok ? State::kReady : State::kFailed;
+    w.swap(waiters_);
+  }
+  for (auto& fn : w) fn(ok);
+}
+
+ChunkCache::ChunkCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
+ChunkCache::~ChunkCache() { Clear(); }
+
+std::shared_ptr<CachedChunk> ChunkCache::Get(uint64_t owner, uint64_t chunk, uint64_t version) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = slots_.find({owner, chunk});
+  if (it == slots_.end() || it->second.chunk->version != version) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  auto& c = it->second.chunk;
+  if (c->prefetched && !c->used.exchange(true)) {
+    prefetch_used_.fetch_add(c->capacity, std::memory_order_relaxed);
+  }
+  c->used = true;
+  return c;
+}
+
+void ChunkCache::EraseLocked(std::map<Key, Slot>::iterator it) {
+  auto& c = it->second.chunk;
+  if (c->prefetched && !c->used.load()) wasted_.fetch_add(c->capacity, std::memory_order_relaxed);
+  bytes_ -= c->capacity;
+  lru_.erase(it->second.lru);
+  slots_.erase(it);
+}
+
+bool ChunkCache::MakeRoomLocked(uint64_t need) {
+  if (need > budget_) return false;
+  // Evict from the cold end, skipping loads in flight (readers may wait on
+  // them; their buffers are owned by the read until it finishes anyway).
+  auto it = lru_.end();
+  while (bytes_ + need > budget_ && it != lru_.begin()) {
+    auto cur = std::prev(it);
+    auto slot = slots_.find(*cur);
+    if (slot->second.chunk->state() == CachedChunk::State::kLoading) {
+      it = cur;
+      continue;
+    }
+    EraseLocked(slot);  // erases `cur` only; `it` stays valid
+  }
+  return bytes_ + need <= budget_;
+}
+
+std::shared_ptr<CachedChunk> ChunkCache::StartLoad(uint64_t owner, uint64_t chunk,
+                                                   uint64_t version, uint64_t capacity,
+                                                   bool prefetch) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = slots_.find({owner, chunk});
+  if (it != slots_.end()) {
+    if (it->second.chunk->version == version) return nullptr;
+    EraseLocked(it);  // an older version
+  }
+  if (!MakeRoomLocked(capacity)) return nullptr;
+  auto c = std::make_shared<CachedChunk>();
+  c->data.reset(static_cast<char*>(std::aligned_alloc(4096, capacity)));
+  if (!c->data) return nullptr;
+  c->capacity = capacity;
+  c->version = version;
+  c->prefetched = prefetch;
+  if (prefetch) prefetched_.fetch_add(capacity, std::memory_order_relaxed);
+  lru_.push_front({owner, chunk});
+  slots_.emplace(Key{owner, chunk}, Slot{c, lru_.begin()});
+  bytes_ += capacity;
+  return c;
+}
+
+void ChunkCache::Erase(uint64_t owner, uint64_t chunk) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = slots_.find({owner, chunk});
+  if (it != slots_.end()) EraseLocked(it);
+}
+
+void ChunkCache::EraseOwner(uint64_t owner) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = slots_.lower_bound({owner, 0});
+  while (it != slots_.end() && it->first.first == owner) {
+    auto next = std::next(it);
+    EraseLocked(it);
+    it = next;
+  }
+}
+
+void ChunkCache::Clear() {
+  std::lock_guard<std::mutex> l(mu_);
+  while (!slots_.empty()) EraseLocked(slots_.begin());
+}
+
+uint64_t ChunkCache::unused_prefetch_bytes() const {
+  uint64_t p = prefetched_.load(), u = prefetch_used_.load(), w = wasted_.load();
+  return p > u + w ? p - u - w : 0;
+}
+
+CacheCounters ChunkCache::counters() const {
+  CacheCounters c;
+  c.hits = hits_.load();
+  c.misses = misses_.load();
+  c.prefetched_bytes = prefetched_.load();
+  c.prefetch_used_bytes = prefetch_used_.load();
+  c.prefetch_wasted_bytes = wasted_.load();
+  c.budget = budget_;
+  std::lock_guard<std::mutex> l(mu_);
+  c.bytes = bytes_;
+  c.entries = slots_.size();
+  return c;
+}
+
+}  // namespace kvfs::fs

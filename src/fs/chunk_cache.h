@@ -1,0 +1,111 @@
+// ChunkCache: kvfs's RAM cache of file data, in whole chunks.
+//
+// The kernel page cache is bypassed for chunk data (FOPEN_DIRECT_IO), so
+// this is the only cache and memory is not spent twice. Entries are filled by
+// prefetch (open-time, lookup-driven, hints) and read by foreground reads; a
+// read that finds an entry still loading waits for it instead of reading the
+// device again.
+//
+// Correct under change by construction: an entry is keyed by the owning
+// InodeState's token, the chunk index and the chunk's installed version. A
+// write, truncate or delete installs a new version (or drops the chunk), so a
+// stale entry can never be hit; fs/ also erases such entries at once to give
+// their memory back.
+//
+// Memory: entries (loading or ready) never total more than the budget;
+// StartLoad() evicts least-recently-used ready entries and refuses (returns
+// null) when the budget is taken by loads still in flight.
+//
+// Thread safety: all methods are safe from any thread. Waiter callbacks run
+// on the thread that calls Finish(), without any cache lock held.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+namespace kvfs::fs {
+
+struct CachedChunk {
+  struct FreeDeleter {
+    void operator()(char* p) const { std::free(p); }
+  };
+  enum class State { kLoading, kReady, kFailed };
+
+  std::unique_ptr<char, FreeDeleter> data;  // kBlockSize aligned, `capacity` bytes
+  uint64_t capacity = 0;
+  uint64_t version = 0;
+  bool prefetched = false;
+
+  // Runs fn(true) now if ready, fn(false) now if failed, or later from
+  // Finish(). Returns false (and does not call fn) if the entry was ready or
+  // failed -- the caller then uses state() directly. 
+  bool WaitIfLoading(std::function<void(bool ok)> fn);
+  State state() const;
+  // Marks the load done and runs the waiters.
+  void Finish(bool ok);
+
+  std::atomic<bool> used{false};
+
+ private:
+  mutable std::mutex mu_;
+  State state_ = State::kLoading;                        // GUARDED_BY(mu_)
+  std::vector<std::function<void(bool)>> waiters_;       // GUARDED_BY(mu_)
+};
+
+struct CacheCounters {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t bytes = 0;        // resident (loading + ready)
+  uint64_t budget = 0;
+  uint64_t entries = 0;
+  uint64_t prefetched_bytes = 0;   // loaded by prefetch
+  uint64_t prefetch_used_bytes = 0;
+  uint64_t prefetch_wasted_bytes = 0;  // dropped without ever being read
+};
+
+class ChunkCache {
+ public:
+  explicit ChunkCache(uint64_t budget_bytes);
+  ~ChunkCache();
+
+  // The entry of (owner, chunk) if it holds `version`; bumps it in the LRU.
+  // Counts a hit or a miss.
+  std::shared_ptr<CachedChunk> Get(uint64_t owner, uint64_t chunk, uint64_t version);
+  // A new loading entry for (owner, chunk, version) of `capacity` bytes, or
+  // null if one already exists or the budget cannot make room.
+  std::shared_ptr<CachedChunk> StartLoad(uint64_t owner, uint64_t chunk, uint64_t version,
+                                         uint64_t capacity, bool prefetch);
+  void Erase(uint64_t owner, uint64_t chunk);
+  void EraseOwner(uint64_t owner);
+  void Clear();
+  // Bytes of prefetched entries not yet read, to bound speculative loading.
+  uint64_t unused_prefetch_bytes() const;
+  CacheCounters counters() const;
+
+ private:
+  using Key = std::pair<uint64_t, uint64_t>;
+  struct Slot {
+    std::shared_ptr<CachedChunk> chunk;
+    std::list<Key>::iterator lru;
+  };
+  // REQUIRES: mu_ held.
+  void EraseLocked(std::map<Key, Slot>::iterator it);
+  bool MakeRoomLocked(uint64_t need);
+
+  const uint64_t budget_;
+  mutable std::mutex mu_;
+  std::map<Key, Slot> slots_;  // GUARDED_BY(mu_)
+  std::list<Key> lru_;         // front = most recent; GUARDED_BY(mu_)
+  uint64_t bytes_ = 0;         // GUARDED_BY(mu_)
+  std::atomic<uint64_t> hits_{0}, misses_{0}, prefetched_{0}, prefetch_used_{0}, wasted_{0};
+};
+
+}  // namespace kvfs::fs

@@ -1,0 +1,385 @@
+#include "io/scheduler.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/format.h"
+
+namespace kvfs::io {
+
+namespace {
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+const char* OpName(device::IoOp op) {
+  switch (op) {
+    case device::IoOp::kRead:
+      return "read";
+    case device::IoOp::kWrite:
+      return "write";
+    case device::IoOp::kFlush:
+      return "flush";
+  }
+  return "request";
+}
+
+std::string Describe(const device::IoRequest& r) {
+  std::string s = std::string(OpName(r.op)) + " of device " + std::to_string(r.device);
+  if (r.op != device::IoOp::kFlush) {
+    s += " [" + std::to_string(r.byte_off) + ", +" + std::to_string(r.len) + ")";
+  }
+  return s;
+}
+
+Status Cancelled(const device::IoRequest& r) {
+  return Status::Error(ECANCELED, "io scheduler: " + Describe(r) +
+                                      " cancelled before it was dispatched");
+}
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// Per-thread scratch for Submit() and completions. Safe to share between
+// scheduler instances: each use is emptied before any callback can run on
+// the thread (io_.Submit() never runs one inline), so no use nests.
+thread_local std::vector<device::IoRequest> tls_dispatch;
+
+}  // namespace
+
+// One request from Submit() until its `done` has returned.
+struct Scheduler::Op {
+  device::IoRequest req;  // `done` is the caller's
+  CancelFlag cancel;
+  Lane lane = Lane::kRead;
+  uint32_t commands = 1;
+  uint64_t submit_ns = 0;
+  uint64_t dispatch_ns = 0;
+};
+
+std::array<LaneLimit, kLaneCount> DefaultLaneLimits(uint32_t device_commands) {
+  // Shares of the device's command slots, chosen by measurement (README,
+  // "Lane defaults"): write-behind and prefetch together take 3/8 of them,
+  // so reads always have 5/8 free; the byte bounds cap what a read can find
+  // ahead of it at the device when commands are large.
+  const uint32_t c = std::max<uint32_t>(device_commands, 1);
+  auto share = [c](uint32_t div) { return std::max<uint32_t>(c / div, 1); };
+  std::array<LaneLimit, kLaneCount> l{};
+  l[LaneIndex(Lane::kRead)] = {share(2), 256 * kMiB};
+  l[LaneIndex(Lane::kMeta)] = {share(16), 16 * kMiB};
+  l[LaneIndex(Lane::kDelete)] = {share(16), 16 * kMiB};
+  l[LaneIndex(Lane::kWrite)] = {share(8), 64 * kMiB};
+  l[LaneIndex(Lane::kPrefetch)] = {share(4), 128 * kMiB};
+  return l;
+}
+
+SchedulerOptions SchedulerOptions::ForEngine(const device::IoEngineOptions& engine) {
+  SchedulerOptions o;
+  const uint64_t rings = engine.rings == 0 ? 2 : engine.rings;
+  const uint64_t commands = rings * std::max(engine.queue_depth, 1u);
+  o.device_commands = static_cast<uint32_t>(std::min<uint64_t>(commands, UINT32_MAX));
+  o.command_bytes = engine.max_command_bytes;
+  o.limits = DefaultLaneLimits(o.device_commands);
+  return o;
+}
+
+Status SchedulerOptions::Validate() const {
+  if (device_commands == 0) return Status::Error(EINVAL, "io scheduler: device_commands is 0");
+  if (command_bytes == 0 || command_bytes % kBlockSize != 0) {
+    return Status::Error(EINVAL, "io scheduler: command_bytes " + std::to_string(command_bytes) +
+                                     " is not a non-zero multiple of 4096");
+  }
+  for (size_t i = 0; i < kLaneCount; ++i) {
+    if (limits[i].max_commands == 0 || limits[i].max_bytes == 0) {
+      return Status::Error(EINVAL, std::string("io scheduler: lane ") +
+                                       LaneName(static_cast<Lane>(i)) +
+                                       " has a zero in-flight bound");
+    }
+  }
+  const uint64_t background = uint64_t{limits[LaneIndex(Lane::kWrite)].max_commands} +
+                              limits[LaneIndex(Lane::kPrefetch)].max_commands;
+  if (background >= device_commands) {
+    return Status::Error(
+        EINVAL, "io scheduler: write + prefetch in-flight commands (" +
+                    std::to_string(background) + ") must stay below the device's " +
+                    std::to_string(device_commands) + ", or reads would queue behind them");
+  }
+  return Status::OK();
+}
+
+Scheduler::Scheduler(device::BlockIo& io, const SchedulerOptions& options)
+    : io_(io), options_(options) {
+  Status st = options_.Validate();
+  if (!st.ok()) {
+    std::fprintf(stderr, "kvfs: %s\n", st.ToString().c_str());
+    std::abort();
+  }
+  cq_thread_ = std::thread([this] { CompletionLoop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::unique_lock<std::mutex> l(drain_mu_);
+    drained_cv_.wait(l, [this] { return outstanding_.load(std::memory_order_acquire) == 0; });
+  }
+  {
+    std::lock_guard<std::mutex> l(cq_mu_);
+    cq_stop_ = true;
+  }
+  cq_cv_.notify_all();
+  cq_thread_.join();
+}
+
+void Scheduler::Submit(Lane lane, std::span<device::IoRequest> reqs, CancelFlag cancel) {
+  if (reqs.empty()) return;
+  outstanding_.fetch_add(reqs.size(), std::memory_order_relaxed);
+  const uint64_t now = NowNs();
+  const size_t li = LaneIndex(lane);
+  // Ops are built before taking mu_: allocation stays out of the lock.
+  // Per-thread scratch, emptied before Submit() returns (no callback runs
+  // inside it, so it never nests).
+  thread_local std::vector<Op*> ops;
+  for (device::IoRequest& r : reqs) {
+    auto* op = new Op;
+    op->req = std::move(r);
+    op->cancel = cancel;
+    op->lane = lane;
+    op->submit_ns = now;
+    if (op->req.op != device::IoOp::kFlush && op->req.len > options_.command_bytes) {
+      const uint64_t n = (op->req.len + options_.command_bytes - 1) / options_.command_bytes;
+      op->commands = static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX));
+    }
+    ops.push_back(op);
+  }
+  if (li >= kLaneCount) {
+    for (Op* op : ops) {
+      CompleteLater(op, Status::Error(EINVAL, "io scheduler: " + Describe(op->req) +
+                                                  " submitted on unknown lane " +
+                                                  std::to_string(li)));
+    }
+    ops.clear();
+    return;
+  }
+
+  std::vector<Op*> dropped;
+  std::vector<device::IoRequest>& batch = tls_dispatch;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    LaneState& s = lanes_[li];
+    for (Op* op : ops) {
+      s.queue.push_back(op);
+      s.queued_bytes += op->req.len;
+    }
+    Pump(&batch, &dropped);
+  }
+  ops.clear();
+  Dispatch(&batch);
+  // `done` must not run inside Submit().
+  for (Op* op : dropped) CompleteLater(op, Cancelled(op->req));
+}
+
+void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>* dropped) {
+  uint64_t now = 0;
+  for (Lane lane : kLanePriority) {
+    const size_t li = LaneIndex(lane);
+    LaneState& s = lanes_[li];
+    const LaneLimit& limit = options_.limits[li];
+    while (!s.queue.empty()) {
+      Op* op = s.queue.front();
+      if (op->cancel && op->cancel->load(std::memory_order_acquire)) {
+        s.queue.pop_front();
+        s.queued_bytes -= op->req.len;
+        dropped->push_back(op);
+        continue;
+      }
+      const bool lane_room = s.inflight == 0 ||
+                             (s.inflight_commands + op->commands <= limit.max_commands &&
+                              s.inflight_bytes + op->req.len <= limit.max_bytes);
+      // This lane waits for its own completions; lower lanes may still go.
+      if (!lane_room) break;
+      const bool device_room = device_inflight_ == 0 ||
+                               device_inflight_ + op->commands <= options_.device_commands;
+      // The head of a higher lane is first in line for device room: nothing
+      // below it may take what frees up meanwhile.
+      if (!device_room) return;
+
+      s.queue.pop_front();
+      s.queued_bytes -= op->req.len;
+      s.inflight++;
+      s.inflight_commands += op->commands;
+      s.inflight_bytes += op->req.len;
+      device_inflight_ += op->commands;
+      if (now == 0) now = NowNs();
+      op->dispatch_ns = now;
+
+      device::IoRequest r;
+      r.op = op->req.op;
+      r.device = op->req.device;
+      r.byte_off = op->req.byte_off;
+      r.buf = op->req.buf;
+      r.len = op->req.len;
+      r.done = [this, op](Status st) { OnDeviceDone(op, std::move(st)); };
+      dispatch->push_back(std::move(r));
+    }
+  }
+}
+
+void Scheduler::Dispatch(std::vector<device::IoRequest>* batch) {
+  if (batch->empty()) return;
+  io_.Submit(std::span<device::IoRequest>(batch->data(), batch->size()));
+  batch->clear();
+}
+
+void Scheduler::OnDeviceDone(Op* op, Status st) {
+  const uint64_t now = NowNs();
+  const size_t li = LaneIndex(op->lane);
+  LaneStats& stats = stats_[li];
+  stats.ops.fetch_add(1, std::memory_order_relaxed);
+  if (st.ok()) {
+    stats.bytes.fetch_add(op->req.len, std::memory_order_relaxed);
+  } else {
+    stats.errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  stats.latency.Record(now - op->submit_ns);
+  stats.queue_wait.Record(op->dispatch_ns - op->submit_ns);
+
+  // Room first, then the caller's `done`: the device gets its next work
+  // without waiting for the callback.
+  std::vector<Op*> dropped;
+  std::vector<device::IoRequest>& batch = tls_dispatch;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    LaneState& s = lanes_[li];
+    s.inflight--;
+    s.inflight_commands -= op->commands;
+    s.inflight_bytes -= op->req.len;
+    device_inflight_ -= op->commands;
+    Pump(&batch, &dropped);
+  }
+  Dispatch(&batch);
+  // On an engine thread and outside Submit(): dropped requests complete here.
+  for (Op* d : dropped) CompleteUndispatched(d, Cancelled(d->req));
+
+  {
+    std::function<void(Status)> done = std::move(op->req.done);
+    delete op;
+    if (done) done(std::move(st));
+    // `done` and what it captured are destroyed here, before FinishOne().
+  }
+  FinishOne();
+}
+
+void Scheduler::CompleteUndispatched(Op* op, Status st) {
+  if (st.code() == ECANCELED) {
+    stats_[LaneIndex(op->lane)].cancelled.fetch_add(1, std::memory_order_relaxed);
+  }
+  {
+    std::function<void(Status)> done = std::move(op->req.done);
+    delete op;
+    if (done) done(std::move(st));
+  }
+  FinishOne();
+}
+
+void Scheduler::CompleteLater(Op* op, Status st) {
+  {
+    std::lock_guard<std::mutex> l(cq_mu_);
+    cq_.emplace_back(op, std::move(st));
+  }
+  cq_cv_.notify_one();
+}
+
+void Scheduler::CompletionLoop() {
+  pthread_setname_np(pthread_self(), "kvfs-io-sched");
+  std::unique_lock<std::mutex> l(cq_mu_);
+  while (true) {
+    cq_cv_.wait(l, [this] { return cq_stop_ || !cq_.empty(); });
+    if (cq_.empty()) return;  // cq_stop_: the destructor saw nothing outstanding
+    auto [op, st] = std::move(cq_.front());
+    cq_.pop_front();
+    l.unlock();
+    CompleteUndispatched(op, std::move(st));
+    l.lock();
+  }
+}
+
+void Scheduler::Cancel(const CancelFlag& flag) {
+  if (!flag) return;
+  flag->store(true, std::memory_order_release);
+  std::vector<Op*> dropped;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (LaneState& s : lanes_) {
+      const size_t before = dropped.size();
+      for (Op* op : s.queue) {
+        if (op->cancel == flag) {
+          s.queued_bytes -= op->req.len;
+          dropped.push_back(op);
+        }
+      }
+      if (dropped.size() == before) continue;
+      std::erase_if(s.queue, [&flag](const Op* op) { return op->cancel == flag; });
+    }
+  }
+  // Removing queued requests frees no device room: nothing to dispatch.
+  for (Op* op : dropped) CompleteLater(op, Cancelled(op->req));
+}
+
+void Scheduler::FinishOne() {
+  // Down to 1 and below without a lock; the last decrement under drain_mu_,
+  // so the destructor (which checks under drain_mu_) cannot return before
+  // this thread has stopped touching the scheduler.
+  uint64_t v = outstanding_.load(std::memory_order_relaxed);
+  while (v > 1) {
+    if (outstanding_.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel)) return;
+  }
+  std::lock_guard<std::mutex> l(drain_mu_);
+  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) drained_cv_.notify_all();
+}
+
+Status Scheduler::ReadSync(Lane lane, uint32_t device, uint64_t byte_off, void* buf, size_t len) {
+  return LaneIo(*this, lane).ReadSync(device, byte_off, buf, len);
+}
+
+Status Scheduler::WriteSync(Lane lane, uint32_t device, uint64_t byte_off, const void* buf,
+                            size_t len) {
+  return LaneIo(*this, lane).WriteSync(device, byte_off, buf, len);
+}
+
+Status Scheduler::FlushSync(Lane lane, uint32_t device) {
+  return LaneIo(*this, lane).FlushSync(device);
+}
+
+std::array<LaneSnapshot, kLaneCount> Scheduler::Snapshot() const {
+  std::array<LaneSnapshot, kLaneCount> out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i = 0; i < kLaneCount; ++i) {
+      const LaneState& s = lanes_[i];
+      out[i].inflight = s.inflight;
+      out[i].inflight_commands = s.inflight_commands;
+      out[i].inflight_bytes = s.inflight_bytes;
+      out[i].queued = static_cast<uint32_t>(s.queue.size());
+      out[i].queued_bytes = s.queued_bytes;
+    }
+  }
+  for (size_t i = 0; i < kLaneCount; ++i) {
+    const LaneStats& st = stats_[i];
+    out[i].ops = st.ops.load(std::memory_order_relaxed);
+    out[i].bytes = st.bytes.load(std::memory_order_relaxed);
+    out[i].errors = st.errors.load(std::memory_order_relaxed);
+    out[i].cancelled = st.cancelled.load(std::memory_order_relaxed);
+    out[i].latency = st.latency.Snapshot();
+    out[i].queue_wait = st.queue_wait.Snapshot();
+  }
+  return out;
+}
+
+}  // namespace kvfs::io
