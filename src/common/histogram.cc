@@ -58,6 +58,9 @@ uint64_t HistogramSnapshot::Percentile(double p) const {
   // The rank (1-based) of the value wanted.
   uint64_t rank = static_cast<uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count_)));
   rank = std::clamp<uint64_t>(rank, 1, count_);
+  // The smallest and the largest value are known exactly.
+  if (rank == count_) return max_ns_;
+  if (rank == 1) return std::min(min_ns_, max_ns_);
   uint64_t below = 0;
   for (size_t i = 0; i < kBucketCount; ++i) {
     const uint64_t c = buckets_[i];

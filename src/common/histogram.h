@@ -57,7 +57,8 @@ class HistogramSnapshot {
   // The value below which `p` percent of the recorded values lie (p in
   // [0, 100]; 50, 90, 99, 99.9 ...), interpolated inside its bucket and
   // clamped to [min_ns(), max_ns()], so the error is at most the bucket's
-  // width (6.25% of the value). 0 when count() == 0.
+  // width (6.25% of the value). Percentile(0) and Percentile(100) are
+  // min_ns() and max_ns() exactly. 0 when count() == 0.
   uint64_t Percentile(double p) const;
   // Number of recorded values < `ns`: exact when `ns` is a bucket boundary
   // (a BucketLowerNs(i), e.g. any power of two from 1024); otherwise the

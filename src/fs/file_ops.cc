@@ -281,33 +281,53 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
   }
   if (!alloc.ok()) return alloc.status();
 
-  ChunkState& cs = inode->chunks[ci];
   auto cb = std::make_shared<ChunkBuf>();
   cb->buf = std::move(buf);
   cb->alloc = std::move(alloc).value();
   char* data = cb->buf.data();
-  const uint64_t size = inode->rec.size;
-  const uint64_t chunk_valid = size > cstart ? std::min(kChunkBytes, size - cstart) : 0;
-  std::memset(data, 0, kChunkBytes);
-  if (cs.inflight) {
-    std::memcpy(data, cs.inflight->buf.data(), cs.inflight->valid);
-    cb->valid = std::max(cs.inflight->valid, chunk_valid);
-  } else if (!cs.extents.empty() && !(write_lo == 0 && write_hi >= chunk_valid)) {
-    // Partial overwrite of data on the device: read it first (rare for KV
-    // workloads, which write whole files).
-    for (const index::FileExtent& fe : cs.extents) {
-      Status st = io_.ReadSync(fe.ext.device, fe.ext.byte_off, data + (fe.file_off - cstart),
-                               fe.ext.len);
+  for (;;) {
+    ChunkState& cs = inode->chunks[ci];
+    if (cs.staged) {  // another writer staged it while the lock was dropped
+      FreeNow(cb->alloc);
+      return Status::OK();
+    }
+    const uint64_t size = inode->rec.size;
+    const uint64_t chunk_valid = size > cstart ? std::min(kChunkBytes, size - cstart) : 0;
+    std::memset(data, 0, kChunkBytes);
+    if (cs.inflight) {
+      std::memcpy(data, cs.inflight->buf.data(), cs.inflight->valid);
+      cb->valid = std::max(cs.inflight->valid, chunk_valid);
+    } else if (!cs.extents.empty() && !(write_lo == 0 && write_hi >= chunk_valid)) {
+      // Partial overwrite of data on the device: read it first (rare for KV
+      // workloads, which write whole files). Never wait for I/O holding the
+      // inode lock: completions take it. Retry if the chunk changed meanwhile.
+      std::vector<index::FileExtent> extents = cs.extents;
+      const uint64_t seq = cs.installed_seq;
+      lock.unlock();
+      Status st;
+      for (const index::FileExtent& fe : extents) {
+        st = io_.ReadSync(fe.ext.device, fe.ext.byte_off, data + (fe.file_off - cstart),
+                          fe.ext.len);
+        if (!st.ok()) break;
+      }
+      lock.lock();
       if (!st.ok()) {
         FreeNow(cb->alloc);
         return st.Annotate("reading chunk for a partial overwrite");
       }
+      ChunkState& now = inode->chunks[ci];
+      if (now.staged || now.inflight || now.installed_seq != seq || now.extents != extents ||
+          inode->rec.size != size) {
+        continue;
+      }
+      if (chunk_valid < kChunkBytes) std::memset(data + chunk_valid, 0, kChunkBytes - chunk_valid);
+      cb->valid = chunk_valid;
+    } else {
+      cb->valid = chunk_valid;  // a hole or a full overwrite: zeros so far
     }
-    if (chunk_valid < kChunkBytes) std::memset(data + chunk_valid, 0, kChunkBytes - chunk_valid);
-    cb->valid = chunk_valid;
-  } else {
-    cb->valid = chunk_valid;  // a hole or a full overwrite: zeros so far
+    break;
   }
+  ChunkState& cs = inode->chunks[ci];
   cs.staged = std::move(cb);
   std::lock_guard<std::mutex> l(staged_mu_);
   staged_inodes_[inode->rec.ino] = inode;

@@ -6,7 +6,7 @@ namespace kvfs::fsck {
 
 namespace {
 
-std::string Clock(double s) {
+std::string HoursMinutesSeconds(double s) {
   if (s < 0) s = 0;
   const auto t = static_cast<unsigned long long>(s + 0.5);
   char buf[32];
@@ -36,7 +36,7 @@ std::string ProgressMeter::Format(std::string_view phase, uint64_t done, uint64_
   }
   s += buf;
   if (total > 0 && rate > 0 && done < total) {
-    s += "  ETA " + Clock(static_cast<double>(total - done) / rate);
+    s += "  ETA " + HoursMinutesSeconds(static_cast<double>(total - done) / rate);
   }
   return s;
 }

@@ -1,9 +1,11 @@
 // The records kvfs keeps in its RocksDB index, and their encodings.
 //
 // Column families and keys (see index.cc for tuning):
-//   "default": "volume" -> VolumeRecord; "next_ino" -> fixed64
+//   "default": "volume" -> VolumeRecord
+//              "next_ino" -> version + fixed64 (written as a merge operand
+//                            that keeps the maximum, see index.cc)
 //   "inodes":  ino (8 bytes big-endian)                 -> Inode
-//   "entries": parent ino (8 bytes big-endian) + name   -> child ino (fixed64)
+//   "entries": parent ino (8 bytes big-endian) + name   -> version + child ino (fixed64)
 //   "orphans": ino (8 bytes big-endian)                 -> version byte only
 //                                                          (unlinked while open)
 // Big-endian keys so that RocksDB's byte order is numeric order and the

@@ -1,11 +1,13 @@
 #include "device/io_engine.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -615,6 +617,25 @@ TEST_F(IoEngineTest, TwoDevicesAreAddressedByIndex) {
   EXPECT_TRUE((*engine)->ReadSync(1, 6 * kMiB, r.get(), 65536).ok());
   EXPECT_EQ((*engine)->ReadSync(0, 6 * kMiB, r.get(), 65536).code(), EINVAL);
   EXPECT_TRUE((*engine)->FlushSync(1).ok());
+}
+
+// Process CPU time (user + system) in seconds.
+double CpuSeconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+TEST_F(IoEngineTest, CompletionThreadsSleepWhenIdle) {
+  ASSERT_NO_FATAL_FAILURE(Open(4 * kMiB));
+  auto b = Aligned(4096);
+  ASSERT_TRUE(engine_->ReadSync(0, 0, b.get(), 4096).ok());
+  // A completion thread that polled instead of blocking in io_uring_enter
+  // would burn a core here.
+  double before = CpuSeconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(CpuSeconds() - before, 0.05);
 }
 
 TEST(IoEngineCreate, RejectsBadOptions) {
