@@ -203,7 +203,8 @@ def dirty_bytes():
 
 def machine_info(scratch):
     info = {"hostname": platform.node(), "kernel": platform.release(),
-            "cpus": os.cpu_count(), "python": platform.python_version()}
+            "cpus": os.cpu_count(), "python": platform.python_version(),
+            "loadavg_at_start": os.getloadavg()}
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -1637,6 +1638,7 @@ def main(argv=None):
                "seconds": round((datetime.datetime.now(datetime.timezone.utc)
                                  - started).total_seconds(), 1),
                "outcome": outcome, "exit_status": code, "config": cfg,
+               "loadavg_at_end": os.getloadavg(),
                "kvfs_cold_method": {t.name: getattr(t, "cold_method", None)
                                     for t in bench.targets.values()},
                "workloads": bench.status, "fio": fio_rows, "rows": rows,

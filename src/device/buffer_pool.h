@@ -66,9 +66,11 @@ class BufferPool {
 
  private:
   friend class PoolBuffer;
-  BufferPool(char* region, size_t slot_bytes, size_t slots);
+  BufferPool(void* map_base, size_t map_bytes, char* region, size_t slot_bytes, size_t slots);
   void Release(char* data);
 
+  void* const map_base_;  // the whole mapping; region_ is inside it
+  const size_t map_bytes_;
   char* const region_;
   const size_t slot_bytes_;
   const size_t slots_;

@@ -171,6 +171,10 @@ void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
     index::Inode rec;
     {
       std::lock_guard<std::mutex> l(inode->mu);
+      // A data change enqueued by a write completion can land behind the
+      // unlink that deleted the file; putting the record then would
+      // resurrect it, nameless (found by fsck.kvfs as an unreachable inode).
+      if (inode->delete_built) continue;
       rec = CaptureRecord(*inode, &frees);
     }
     batch.PutInode(rec);
@@ -180,6 +184,7 @@ void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
     std::vector<Extent> frees;
     {
       std::lock_guard<std::mutex> l(inode->mu);
+      inode->delete_built = true;
       for (auto& [ci, cs] : inode->chunks) {
         for (const auto& fe : cs.extents) frees.push_back(fe.ext);
         cs.extents.clear();

@@ -75,6 +75,9 @@ struct InodeState {
   bool data_change_queued = false;                      // GUARDED_BY(mu)
   bool deleted = false;  // no name and no handle: record goes away; GUARDED_BY(mu)
   bool orphan = false;   // no name, still open; GUARDED_BY(mu)
+  // The change deleting the record has been built (committer thread, queue
+  // order): a change built later must not put the record back. GUARDED_BY(mu)
+  bool delete_built = false;
 
   // GUARDED_BY(FileSystem::Impl::table_mu_)
   uint64_t lookups = 0;

@@ -117,8 +117,10 @@ void CountStats(const Model& m, const ExtentMap& map, Stats* s) {
 // Loads and runs the metadata checks (no data reads beyond the few extents
 // the extent checks need). Findings go to `out`.
 Status CheckMetadata(OpenedVolume& v, Model& m, bool mounted, Progress* progress,
-                     std::vector<Finding>* out, ExtentMap* map) {
+                     std::vector<Finding>* out, ExtentMap* map, double* load_seconds) {
+  const auto t = Clock::now();
   KVFS_RETURN_IF_ERROR(m.Load(*v.index, progress, out));
+  if (load_seconds) *load_seconds = Since(t);
   CheckNamespace(m, mounted, out);
   CheckFileExtents(m, v, out);
   *map = FindSharedBlocks(m);
@@ -160,7 +162,9 @@ Report Check(const CheckOptions& o) {
 
   Model m;
   ExtentMap map;
-  Status st = CheckMetadata(v, m, v.mounted, o.progress, &report.findings, &map);
+  report.stats.open_seconds = Since(start);
+  Status st = CheckMetadata(v, m, v.mounted, o.progress, &report.findings, &map,
+                            &report.stats.load_seconds);
   if (!st.ok()) {
     report.error = st.Annotate("reading the index");
     return report;
@@ -200,7 +204,7 @@ Report Check(const CheckOptions& o) {
   Model again;
   ExtentMap map2;
   std::vector<Finding> left;
-  st = CheckMetadata(v, again, false, nullptr, &left, &map2);
+  st = CheckMetadata(v, again, false, nullptr, &left, &map2, nullptr);
   if (!st.ok()) {
     report.error = st.Annotate("re-checking after repair");
     return report;

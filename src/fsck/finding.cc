@@ -1,6 +1,30 @@
 #include "fsck/finding.h"
 
+#include <cstdio>
+
 namespace kvfs::fsck {
+
+namespace {
+
+// Names are arbitrary bytes: a newline or escape in one must not break the
+// one-line-per-finding output or drive the terminal.
+std::string Printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f || c == '\\') {
+      char b[5];
+      std::snprintf(b, sizeof b, "\\x%02x", u);
+      out += b;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string_view KindName(FindingKind kind) {
   switch (kind) {
@@ -49,7 +73,7 @@ std::string Finding::ToLine() const {
     s += fix;
     s += ')';
   }
-  return s;
+  return Printable(s);
 }
 
 }  // namespace kvfs::fsck

@@ -199,7 +199,10 @@ class NamespaceChecker {
       InodeRec& r = m_.inodes[i];
       if (!Live(i) || (r.flags & kCreated)) continue;
       if (r.is_reg()) {
-        if (r.nlink != r.names) {
+        // A file without names and not an orphan is reported unreachable;
+        // its count is fixed with its new name.
+        const bool unnamed = r.names == 0 && !(r.flags & kOrphanKey);
+        if (r.nlink != r.names && !unnamed) {
           Add(FindingKind::kNlink, r.ino, m_.PathOf(i),
               "link count " + std::to_string(r.nlink) + ", but " + std::to_string(r.names) +
                   " entr" + (r.names == 1 ? "y names" : "ies name") + " it",

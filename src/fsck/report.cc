@@ -71,6 +71,8 @@ std::string Report::ToJson() const {
       {"data_bytes", stats.data_bytes},
       {"verified_bytes", stats.verified_bytes},
       {"metadata_seconds", stats.metadata_seconds},
+      {"open_seconds", stats.open_seconds},
+      {"load_seconds", stats.load_seconds},
       {"verify_seconds", stats.verify_seconds},
       {"repair_seconds", stats.repair_seconds},
   };

@@ -37,7 +37,9 @@ struct Stats {
   uint64_t extents = 0;
   uint64_t data_bytes = 0;      // bytes referenced by extents
   uint64_t verified_bytes = 0;  // bytes read by --verify-data
-  double metadata_seconds = 0;  // opening + index checks
+  double metadata_seconds = 0;  // opening + index checks, of which:
+  double open_seconds = 0;      //   devices, superblocks, index open
+  double load_seconds = 0;      //   index scans into memory
   double verify_seconds = 0;    // --verify-data phase
   double repair_seconds = 0;
 };

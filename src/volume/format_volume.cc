@@ -140,21 +140,7 @@ Result<FormatResult> FormatVolume(const std::vector<std::string>& devices,
   }
   KVFS_RETURN_IF_ERROR(CheckIndexDir(index_dir, options.force));
 
-  // Phase 2: create or extend image files.
-  for (const Planned& p : plan) {
-    if (p.is_block_device) continue;
-    int fd = open(p.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) return Status::FromErrno(p.path);
-    int rc = 0;
-    struct stat st;
-    if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) < p.size_bytes) {
-      rc = posix_fallocate(fd, 0, static_cast<off_t>(p.size_bytes));
-    }
-    close(fd);
-    if (rc != 0) return Status::Error(rc, p.path + ": allocating " + std::to_string(p.size_bytes) + " bytes");
-  }
-
-  // Phase 3: the index, then the superblocks that name it.
+  // Phase 2: the index, the image files, then the superblocks that name the index.
   FormatResult result;
   result.volume_uuid = Uuid::Random();
   result.index_uuid = Uuid::Random();
@@ -173,6 +159,27 @@ Result<FormatResult> FormatVolume(const std::vector<std::string>& devices,
     KVFS_ASSIGN_OR_RETURN(auto index,
                           index::Index::Create(index_dir, rec, options.root_uid, options.root_gid));
   }
+  // Then create or extend image files; if that fails, the new index goes.
+  for (const Planned& p : plan) {
+    if (p.is_block_device) continue;
+    int fd = open(p.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      Status st = Status::FromErrno(p.path);
+      fs::remove_all(index_dir, ec);
+      return st;
+    }
+    int rc = 0;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) < p.size_bytes) {
+      rc = posix_fallocate(fd, 0, static_cast<off_t>(p.size_bytes));
+    }
+    close(fd);
+    if (rc != 0) {
+      fs::remove_all(index_dir, ec);
+      return Status::Error(rc, p.path + ": allocating " + std::to_string(p.size_bytes) + " bytes");
+    }
+  }
+
   for (size_t i = 0; i < plan.size(); ++i) {
     KVFS_ASSIGN_OR_RETURN(auto dev, device::BlockDevice::Open(plan[i].path, /*read_only=*/false));
     device::Superblock sb;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <future>
 #include <memory>
 #include <random>
 #include <string>
@@ -67,7 +68,9 @@ class FsckTest : public ::testing::Test {
     fs_ = std::move(f).value();
   }
   void Unmount() {
-    if (fs_) EXPECT_TRUE(fs_->Shutdown().ok());
+    if (fs_) {
+      EXPECT_TRUE(fs_->Shutdown().ok());
+    }
     fs_.reset();
     vol_.reset();
   }

@@ -78,7 +78,7 @@ class Latch {
     std::lock_guard<std::mutex> l(mu_);
     if (--left_ == 0) cv_.notify_all();
   }
-  bool Wait(int secs = 60) {
+  bool Wait(int secs = 20) {
     std::unique_lock<std::mutex> l(mu_);
     return cv_.wait_for(l, std::chrono::seconds(secs), [this] { return left_ == 0; });
   }
@@ -572,6 +572,51 @@ TEST_F(SchedulerTest, FreedCapacityGoesToWritesBeforePrefetch) {
     gate.Open();
   }
   EXPECT_EQ(completed.load(), 14);
+}
+
+// A read too large for the device room left waits at the head of its lane,
+// and smaller requests of lower lanes that would fit do not overtake it:
+// the room that frees up is kept for the read.
+TEST_F(SchedulerTest, LargeReadWaitingForDeviceRoomIsNotOvertakenByLowerLanes) {
+  ASSERT_NO_FATAL_FAILURE(OpenImage(16 * kMiB));
+  GateIo gate(*engine_);
+  SchedulerOptions o = SmallOptions();
+  o.device_commands = 8;
+  for (auto& l : o.limits) l = {8, 64 * kMiB};
+  o.limits[LaneIndex(Lane::kWrite)].max_commands = 4;
+  o.limits[LaneIndex(Lane::kPrefetch)].max_commands = 2;
+  AlignedBuf buf = Aligned(16 * kMiB);
+  std::memset(buf.get(), 4, 16 * kMiB);
+  Latch latch(4 + 2 + 1 + 2);
+  auto done = [&](Status st) {
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    latch.Arrive();
+  };
+  auto small = [&](IoOp op, uint64_t off) {
+    return IoRequest{op, 0, off, buf.get() + off, 4 * kKiB, done};
+  };
+  {
+    Scheduler sched(gate, o);
+    std::vector<IoRequest> w, p;
+    for (int i = 0; i < 4; ++i) w.push_back(small(IoOp::kWrite, i * 4 * kKiB));
+    for (int i = 0; i < 2; ++i) p.push_back(small(IoOp::kRead, kMiB + i * 4 * kKiB));
+    sched.Submit(Lane::kWrite, w);
+    sched.Submit(Lane::kPrefetch, p);
+    ASSERT_EQ(gate.arrivals().size(), 6u);  // 6 of 8 commands in flight
+    // 4 commands: does not fit in the 2 left.
+    std::vector<IoRequest> r{{IoOp::kRead, 0, 8 * kMiB, buf.get() + 8 * kMiB, 4 * kMiB, done}};
+    sched.Submit(Lane::kRead, r);
+    std::vector<IoRequest> m{small(IoOp::kRead, 2 * kMiB), small(IoOp::kRead, 2 * kMiB + 4 * kKiB)};
+    sched.Submit(Lane::kMeta, m);
+    EXPECT_EQ(gate.arrivals().size(), 6u) << "meta overtook the waiting read";
+    ASSERT_NO_FATAL_FAILURE(gate.ReleaseOne());  // 5 in flight: still no room for 4
+    EXPECT_EQ(gate.arrivals().size(), 6u);
+    ASSERT_NO_FATAL_FAILURE(gate.ReleaseOne());  // 4 in flight: the read goes
+    ASSERT_EQ(gate.arrivals().size(), 7u);
+    EXPECT_EQ(gate.arrivals()[6], 8 * kMiB);
+    gate.Open();
+    ASSERT_TRUE(latch.Wait());
+  }
 }
 
 // A request larger than its lane's byte bound still goes when the lane is
