@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
   app.add_option("--read-size", opt.verify.read_bytes,
                  "--verify-data: largest read request (bytes; K, M suffixes)")
       ->transform(CLI::AsSizeValue(false));
+  app.add_option("--command-size", opt.verify.command_bytes,
+                 "--verify-data: largest device command a read is split into")
+      ->transform(CLI::AsSizeValue(false));
   app.add_option("--inflight", opt.verify.inflight_reads,
                  "--verify-data: read requests in flight")
       ->check(CLI::Range(1, 4096));

@@ -48,6 +48,8 @@ import ctypes
 import datetime
 import fcntl
 import hashlib
+import importlib
+import importlib.util
 import json
 import mmap
 import os
@@ -74,7 +76,7 @@ MODES = ["buffered", "direct"]
 # Defaults of a full run and of --quick; an option given on the command line
 # wins over both.
 FULL = dict(sizes="256K,4M,24M", keys=32, batches="1,8", modes="buffered,direct", rounds=3,
-            fio_runtime=2.0, fio_depths="1,4,16,32", fio_region="4G", lookup_names=10000,
+            fio_runtime=1.5, fio_depths="1,4,16,32", fio_region="4G", lookup_names=10000,
             restore="64x4M", burst="4G", image_size="12G")
 QUICK = dict(sizes="256K,1M", keys=8, batches="1,2", modes="buffered,direct", rounds=1,
              fio_runtime=0.5, fio_depths="1,16", fio_region="128M", lookup_names=300,
@@ -1016,7 +1018,6 @@ class Bench:
 
     def run_batch(self):
         self.progress.step("batch ioctl")
-        import importlib.util
         spec = importlib.util.find_spec("kvfs")
         if spec is None:
             reason = "no kvfs Python module (the batch ioctl client is not built yet)"
@@ -1406,12 +1407,19 @@ def plot(path, rows, fio_rows, cfg, machine):
             ax.set_title(f"{op}: {cfg['keys']} keys/batch, {m} batch{'es' if m > 1 else ''} "
                          "in flight", fontsize=10)
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
     mem = machine.get("mem_bytes", 0) / GiB
     fig.suptitle(f"kvfs-bench: LMCache-style loop, median of {cfg['rounds']} round(s), "
                  f"min-max bars\n{machine.get('cpus')} cores, {mem:.0f} GiB RAM, "
                  f"kernel {machine.get('kernel')}", fontsize=10)
-    fig.tight_layout()
+    handles, labels = {}, []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in handles:
+                handles[lab] = h
+                labels.append(lab)
+    fig.legend([handles[lab] for lab in labels], labels, loc="lower center",
+               ncol=min(5, len(labels)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -1428,39 +1436,39 @@ def build_parser():
                          "it should be on the disk to measure")
     ap.add_argument("--quick", action="store_true",
                     help="small sizes and counts, one round (well under a minute)")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+    ap.add_argument("--workloads", metavar="LIST", default=",".join(WORKLOADS),
                     help="comma-separated subset of " + ",".join(WORKLOADS))
-    ap.add_argument("--fs", default=",".join(FILESYSTEMS),
+    ap.add_argument("--fs", metavar="LIST", default=",".join(FILESYSTEMS),
                     help="filesystems to measure: kvfs,ext4 (default both)")
-    ap.add_argument("--rounds", type=int, help=f"rounds per measurement ({FULL['rounds']})")
-    ap.add_argument("--sizes", help=f"chunk sizes ({FULL['sizes']}); multiples of 4 KiB")
-    ap.add_argument("--keys", type=int, help=f"keys per batch ({FULL['keys']})")
-    ap.add_argument("--batches", help=f"batches in flight, one thread each ({FULL['batches']})")
-    ap.add_argument("--modes", help=f"buffered and/or direct ({FULL['modes']})")
-    ap.add_argument("--fio-runtime", type=float,
+    ap.add_argument("--rounds", type=int, metavar="N", help=f"rounds per measurement ({FULL['rounds']})")
+    ap.add_argument("--sizes", metavar="LIST", help=f"chunk sizes ({FULL['sizes']}); multiples of 4 KiB")
+    ap.add_argument("--keys", type=int, metavar="N", help=f"keys per batch ({FULL['keys']})")
+    ap.add_argument("--batches", metavar="LIST", help=f"batches in flight, one thread each ({FULL['batches']})")
+    ap.add_argument("--modes", metavar="LIST", help=f"buffered and/or direct ({FULL['modes']})")
+    ap.add_argument("--fio-runtime", type=float, metavar="S",
                     help=f"seconds per fio job ({FULL['fio_runtime']:g})")
-    ap.add_argument("--fio-depths", help=f"fio queue depths ({FULL['fio_depths']})")
-    ap.add_argument("--fio-region", help=f"bytes fio reads and writes ({FULL['fio_region']})")
-    ap.add_argument("--fio-target", help="file or block device for fio (default: DIR/fio.img, "
+    ap.add_argument("--fio-depths", metavar="LIST", help=f"fio queue depths ({FULL['fio_depths']})")
+    ap.add_argument("--fio-region", metavar="SIZE", help=f"bytes fio reads and writes ({FULL['fio_region']})")
+    ap.add_argument("--fio-target", metavar="PATH", help="file or block device for fio (default: DIR/fio.img, "
                                          "or --kvfs-device before it is formatted); "
                                          "ITS CONTENTS ARE OVERWRITTEN")
-    ap.add_argument("--lookup-names", type=int,
+    ap.add_argument("--lookup-names", type=int, metavar="N",
                     help=f"names per lookup storm ({FULL['lookup_names']})")
-    ap.add_argument("--restore", help=f"restore load, KEYSxSIZE ({FULL['restore']})")
-    ap.add_argument("--burst", help=f"bytes of stores during the restore ({FULL['burst']})")
-    ap.add_argument("--image-size", help=f"size of each image file ({FULL['image_size']})")
-    ap.add_argument("--seed", type=int, default=1, help="seed of the data pattern (1)")
-    ap.add_argument("--kvfs-mount", help="use this existing kvfs mount (nothing is formatted)")
-    ap.add_argument("--ext4-mount",
+    ap.add_argument("--restore", metavar="KxSIZE", help=f"restore load, KEYSxSIZE ({FULL['restore']})")
+    ap.add_argument("--burst", metavar="SIZE", help=f"bytes of stores during the restore ({FULL['burst']})")
+    ap.add_argument("--image-size", metavar="SIZE", help=f"size of each image file ({FULL['image_size']})")
+    ap.add_argument("--seed", type=int, metavar="N", default=1, help="seed of the data pattern (1)")
+    ap.add_argument("--kvfs-mount", metavar="DIR", help="use this existing kvfs mount (nothing is formatted)")
+    ap.add_argument("--ext4-mount", metavar="DIR",
                     help="use this existing mount of a kernel filesystem instead of ext4 on a "
                          "loop device")
-    ap.add_argument("--kvfs-device", help="format this block device with mkfs.kvfs instead of "
+    ap.add_argument("--kvfs-device", metavar="DEV", help="format this block device with mkfs.kvfs instead of "
                                           "an image file (index in DIR/kvfs.index)")
-    ap.add_argument("--ext4-device", help="format this block device with mkfs.ext4 instead of "
+    ap.add_argument("--ext4-device", metavar="DEV", help="format this block device with mkfs.ext4 instead of "
                                           "a loop device")
-    ap.add_argument("--kvfs-options", help="extra -o options for the kvfs daemon")
-    ap.add_argument("--kvfs-bin", help="kvfs daemon (default: $KVFS_BIN, else kvfs in PATH)")
-    ap.add_argument("--mkfs-bin",
+    ap.add_argument("--kvfs-options", metavar="OPTS", help="extra -o options for the kvfs daemon")
+    ap.add_argument("--kvfs-bin", metavar="PATH", help="kvfs daemon (default: $KVFS_BIN, else kvfs in PATH)")
+    ap.add_argument("--mkfs-bin", metavar="PATH",
                     help="mkfs.kvfs (default: $MKFS_KVFS_BIN, else mkfs.kvfs in PATH)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the image files (everything is still unmounted)")
@@ -1578,7 +1586,7 @@ def main(argv=None):
                 return 2
     if a.plot:
         try:
-            import matplotlib  # noqa: F401 -- fail now, not after the run
+            importlib.import_module("matplotlib")  # fail now, not after the run
         except ImportError:
             print("kvfs-bench: --plot needs matplotlib (apt-get install python3-matplotlib)",
                   file=sys.stderr)

@@ -95,8 +95,10 @@ class IoEngine::Impl {
   struct Ring {
     io_uring uring{};
     bool initialized = false;
-    // Guards the submission queue and the fields below. Lock order: never
-    // held while running a callback or while taking another ring's mu.
+    // Guards the submission queue (SQE preparation and the SQ tail) and the
+    // fields below; the io_uring_enter syscall itself runs without it.
+    // Lock order: before Request::mu; never held while running a callback
+    // or while taking another ring's mu.
     std::mutex mu;
     std::deque<Command*> pending;  // GUARDED_BY(mu): waiting for the in-flight cap
     unsigned inflight = 0;         // GUARDED_BY(mu): commands owned by the kernel

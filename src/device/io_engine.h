@@ -6,6 +6,10 @@
 // at most `queue_depth` commands in flight and queues the rest. Short
 // transfers are resubmitted for the remainder. Buffers that lie inside the
 // engine's registered staging pool (buffers()) use READ_FIXED/WRITE_FIXED.
+// Work that a `done` callback submits stays on its completion thread's ring
+// while that ring has room, and is handed to the kernel by the same
+// io_uring_enter with which the thread next waits (one syscall per I/O for
+// callback-driven chains, as a single-threaded fio loop has).
 //
 // Thread safety: Submit() may be called from any thread, including from a
 // `done` callback. The destructor waits for every queued and in-flight

@@ -31,6 +31,8 @@
 #include <tuple>
 #include <vector>
 
+#include "fs/file_system.h"
+
 namespace kvfs::fs {
 
 struct CachedChunk {
@@ -60,16 +62,8 @@ struct CachedChunk {
   std::vector<std::function<void(bool)>> waiters_;       // GUARDED_BY(mu_)
 };
 
-struct CacheCounters {
-  uint64_t hits = 0;
-  uint64_t misses = 0;
-  uint64_t bytes = 0;        // resident (loading + ready)
-  uint64_t budget = 0;
-  uint64_t entries = 0;
-  uint64_t prefetched_bytes = 0;   // loaded by prefetch
-  uint64_t prefetch_used_bytes = 0;
-  uint64_t prefetch_wasted_bytes = 0;  // dropped without ever being read
-};
+// Counters are reported as fs::CacheStats (file_system.h).
+using CacheCounters = CacheStats;
 
 class ChunkCache {
  public:

@@ -415,17 +415,6 @@ Status FileSystem::FlushAll() { return impl_->FlushAll(); }
 Status FileSystem::Prefetch(uint64_t ino) { return impl_->PrefetchIno(ino); }
 Result<uint64_t> FileSystem::ResolvePath(std::string_view path) { return impl_->ResolvePath(path); }
 Status FileSystem::DropCache() { return impl_->DropCache(); }
-CacheStats FileSystem::cache_stats() {
-  CacheCounters c = impl_->cache_->counters();
-  CacheStats s;
-  s.hits = c.hits;
-  s.misses = c.misses;
-  s.bytes = c.bytes;
-  s.budget = c.budget;
-  s.prefetched_bytes = c.prefetched_bytes;
-  s.prefetch_used_bytes = c.prefetch_used_bytes;
-  s.prefetch_wasted_bytes = c.prefetch_wasted_bytes;
-  return s;
-}
+CacheStats FileSystem::cache_stats() { return impl_->cache_->counters(); }
 
 }  // namespace kvfs::fs

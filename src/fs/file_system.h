@@ -105,6 +105,7 @@ struct FileSystemOptions {
 
 struct CacheStats {
   uint64_t hits = 0;
+  uint64_t entries = 0;
   uint64_t misses = 0;
   uint64_t bytes = 0;
   uint64_t budget = 0;

@@ -64,6 +64,11 @@ Status Model::Load(index::Index& idx, Progress* progress, std::vector<Finding>* 
       }));
   if (progress) progress->End();
   sorted_count_ = inodes.size();
+  if (!inodes.empty() && inodes.back().ino < 8 * inodes.size() + (1 << 20)) {
+    dense_.assign(inodes.back().ino + 1, kNone);
+    for (uint32_t i = 0; i < inodes.size(); ++i) dense_[inodes[i].ino] = i;
+  }
+  entries.reserve(EstimateKeys(idx, index::kEntriesCf) + 16);
 
   if (progress) progress->Begin("entries", EstimateKeys(idx, index::kEntriesCf), false);
   n = 0;
@@ -143,6 +148,13 @@ Status Model::FindBadKeys(const index::Index& idx, const char* cf) {
 }
 
 uint32_t Model::Find(uint64_t ino) const {
+  if (!dense_.empty()) {
+    if (ino < dense_.size() && dense_[ino] != kNone) return dense_[ino];
+    for (size_t i = sorted_count_; i < inodes.size(); ++i) {
+      if (inodes[i].ino == ino) return static_cast<uint32_t>(i);
+    }
+    return kNone;
+  }
   auto end = inodes.begin() + static_cast<std::ptrdiff_t>(sorted_count_);
   auto it = std::lower_bound(inodes.begin(), end, ino,
                              [](const InodeRec& r, uint64_t v) { return r.ino < v; });

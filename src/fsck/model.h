@@ -168,6 +168,10 @@ class Model {
  private:
   Status FindBadKeys(const index::Index& index, const char* cf);
 
+  // ino -> index into inodes for the sorted range, when inode numbers are
+  // dense enough (they are allocated sequentially) for a table to be
+  // cheaper than a binary search per lookup; empty otherwise.
+  std::vector<uint32_t> dense_;
   size_t sorted_count_ = 0;
   size_t sorted_entries_ = 0;
   std::unordered_map<uint32_t, std::vector<ExtentRec>> new_extents_;

@@ -208,7 +208,7 @@ void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>*
                                device_inflight_ + op->commands <= options_.device_commands;
       // The head of a higher lane is first in line for device room: nothing
       // below it may take what frees up meanwhile.
-      if (!device_room) break;
+      if (!device_room) return;
 
       s.queue.pop_front();
       s.queued_bytes -= op->req.len;

@@ -111,18 +111,12 @@ class Mount:
         _live_mounts.append(self)
 
     def abort(self):
-        """Watchdog: record the daemon's threads, abort its FUSE connection
-        and kill it."""
+        """Watchdog: abort the daemon's FUSE connection (first: until then
+        any process touching the mount, gdb's fork included, would block),
+        record the daemon's threads, kill it."""
         proc = self.proc
         if proc is None:
             return
-        if shutil.which("gdb"):
-            with open(self.log_path, "ab") as log:
-                log.write(b"\n=== watchdog: daemon threads at timeout ===\n")
-                log.flush()
-                subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-ex",
-                                "thread apply all bt 30"], stdout=log, stderr=subprocess.DEVNULL,
-                               timeout=60)
         conns = "/sys/fs/fuse/connections"
         if not os.listdir(conns):
             subprocess.run(["mount", "-t", "fusectl", "fusectl", conns], capture_output=True)
@@ -131,6 +125,16 @@ class Mount:
                 f.write("1")
         except OSError:
             pass
+        if shutil.which("gdb"):
+            with open(self.log_path, "ab") as log:
+                log.write(b"\n=== watchdog: daemon threads at timeout ===\n")
+                log.flush()
+                try:
+                    subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-ex",
+                                    "thread apply all bt 30"], stdout=log,
+                                   stderr=subprocess.DEVNULL, timeout=60)
+                except subprocess.TimeoutExpired:
+                    pass
         proc.kill()
 
     def read_log(self):

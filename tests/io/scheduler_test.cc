@@ -258,6 +258,18 @@ class GateIo : public BlockIo {
   uint64_t completed_ = 0;           // GUARDED_BY(mu_)
 };
 
+// Opens the gate when it goes out of scope: declared after the scheduler, so
+// that a failed ASSERT does not leave the scheduler's destructor waiting for
+// parked requests forever.
+class OpenAtExit {
+ public:
+  explicit OpenAtExit(GateIo& gate) : gate_(gate) {}
+  ~OpenAtExit() { gate_.Open(); }
+
+ private:
+  GateIo& gate_;
+};
+
 class SchedulerTest : public ::testing::Test {
  protected:
   // An image of `bytes` (sparse unless `allocate`) and a real engine on it.
@@ -490,6 +502,7 @@ TEST_F(SchedulerTest, FreedCapacityGoesToReadsThenMetaThenDeleteBeforeWritesAndP
   };
   {
     Scheduler sched(gate, o);
+    OpenAtExit open_gate(gate);
     auto w = make(Lane::kWrite, 0, 20);
     SubmitMarked(sched, Lane::kWrite, w);
     auto p = make(Lane::kPrefetch, 0, 10);
@@ -557,6 +570,7 @@ TEST_F(SchedulerTest, FreedCapacityGoesToWritesBeforePrefetch) {
   };
   {
     Scheduler sched(gate, o);
+    OpenAtExit open_gate(gate);
     auto r = make(Lane::kRead, 8);
     sched.Submit(Lane::kRead, r);
     auto p = make(Lane::kPrefetch, 3);  // queued first
@@ -597,6 +611,7 @@ TEST_F(SchedulerTest, LargeReadWaitingForDeviceRoomIsNotOvertakenByLowerLanes) {
   };
   {
     Scheduler sched(gate, o);
+    OpenAtExit open_gate(gate);
     std::vector<IoRequest> w, p;
     for (int i = 0; i < 4; ++i) w.push_back(small(IoOp::kWrite, i * 4 * kKiB));
     for (int i = 0; i < 2; ++i) p.push_back(small(IoOp::kRead, kMiB + i * 4 * kKiB));
@@ -635,6 +650,7 @@ TEST_F(SchedulerTest, OversizedRequestGoesAloneWhenItsLaneIsIdle) {
   };
   {
     Scheduler sched(gate, o);
+    OpenAtExit open_gate(gate);
     std::vector<IoRequest> v{{IoOp::kWrite, 0, 0, buf.get(), 4 * kMiB, done},
                              {IoOp::kWrite, 0, 4 * kMiB, buf.get(), 4 * kKiB, done}};
     sched.Submit(Lane::kWrite, v);
@@ -744,6 +760,7 @@ TEST_F(SchedulerTest, RequestsCancelledWhileQueuedNeverReachTheDevice) {
   };
   {
     Scheduler sched(counting, o);
+    OpenAtExit open_gate(gate);
     CancelFlag first = NewFlag(), rest = NewFlag();
     std::vector<IoRequest> a{req(0)};
     SubmitMarked(sched, Lane::kWrite, a, first);  // dispatched, parked
@@ -791,6 +808,7 @@ TEST_F(SchedulerTest, CancelDropsQueuedRequestsAtOnceButNotDispatchedOnes) {
   };
   {
     Scheduler sched(gate, o);
+    OpenAtExit open_gate(gate);
     CancelFlag f = NewFlag();
     std::vector<IoRequest> v;
     for (int i = 0; i < 4; ++i) {
