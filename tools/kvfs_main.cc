@@ -53,6 +53,11 @@ constexpr const char* kUsage =
     "                        required for a block device)\n"
     "  dirty_mb=N            memory for staged (not yet written) data, MiB (256)\n"
     "  rings=N               io_uring rings (0: sized to the machine)\n"
+    "  cache_mb=N            RAM cache of file data, MiB (1024)\n"
+    "  prefetch=MODE         off, open (opening a file reads all of it) or lookup\n"
+    "                        (open, and a lookup of a file starts reading it) (lookup)\n"
+    "  prefetch_max_mb=N     larger files are not prefetched whole, MiB (64)\n"
+    "  prefetch_budget_mb=N  prefetched bytes not yet read, at most, MiB (512)\n"
     "  entry_timeout=S       kernel caching of names, seconds (10)\n"
     "  attr_timeout=S        kernel caching of attributes, seconds (10)\n"
     "  negative_timeout=S    kernel caching of missing names, seconds (10; 0: off)\n"
@@ -66,6 +71,10 @@ struct Config {
   char* index = nullptr;
   unsigned dirty_mb = 256;
   unsigned rings = 0;
+  unsigned cache_mb = 1024;
+  char* prefetch = nullptr;
+  unsigned prefetch_max_mb = 64;
+  unsigned prefetch_budget_mb = 512;
   double entry_timeout = 10.0;
   double attr_timeout = 10.0;
   double negative_timeout = 10.0;
@@ -88,6 +97,10 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("index=%s", index),
     KVFS_OPT("dirty_mb=%u", dirty_mb),
     KVFS_OPT("rings=%u", rings),
+    KVFS_OPT("cache_mb=%u", cache_mb),
+    KVFS_OPT("prefetch=%s", prefetch),
+    KVFS_OPT("prefetch_max_mb=%u", prefetch_max_mb),
+    KVFS_OPT("prefetch_budget_mb=%u", prefetch_budget_mb),
     KVFS_OPT("entry_timeout=%lf", entry_timeout),
     KVFS_OPT("attr_timeout=%lf", attr_timeout),
     KVFS_OPT("negative_timeout=%lf", negative_timeout),
@@ -191,6 +204,22 @@ int main(int argc, char** argv) {
   if (cfg.entry_timeout < 0 || cfg.attr_timeout < 0 || cfg.negative_timeout < 0) {
     Fail("timeouts must not be negative");
   }
+  kvfs::fs::FileSystemOptions fsopt;
+  fsopt.cache_bytes = static_cast<uint64_t>(cfg.cache_mb) << 20;
+  fsopt.prefetch_file_max_bytes = static_cast<uint64_t>(cfg.prefetch_max_mb) << 20;
+  fsopt.prefetch_budget_bytes = static_cast<uint64_t>(cfg.prefetch_budget_mb) << 20;
+  if (cfg.prefetch != nullptr) {
+    std::string mode = cfg.prefetch;
+    if (mode == "off") {
+      fsopt.prefetch = kvfs::fs::PrefetchMode::kOff;
+    } else if (mode == "open") {
+      fsopt.prefetch = kvfs::fs::PrefetchMode::kOpen;
+    } else if (mode == "lookup") {
+      fsopt.prefetch = kvfs::fs::PrefetchMode::kLookup;
+    } else {
+      Fail("prefetch=" + mode + ": not one of off, open, lookup");
+    }
+  }
   auto log_sinks = SetUpLogging(cfg.log_level);
 
   // Absolute paths: the daemon changes to / and RocksDB opens files in the
@@ -228,7 +257,7 @@ int main(int argc, char** argv) {
   if (!volume.ok()) Fail(volume.status().ToString());
   // From here on, failures return (not exit) so that the volume's threads
   // stop and its index closes in the destructors.
-  auto fs = kvfs::fs::FileSystem::Create(**volume, kvfs::fs::FileSystemOptions{});
+  auto fs = kvfs::fs::FileSystem::Create(**volume, fsopt);
   if (!fs.ok()) {
     std::fprintf(stderr, "kvfs: %s\n", fs.status().ToString().c_str());
     return 1;
@@ -275,5 +304,6 @@ int main(int argc, char** argv) {
   fuse_opt_free_args(&args);
   std::free(cfg.index);
   std::free(cfg.log_level);
+  std::free(cfg.prefetch);
   return run.ok() && shut.ok() ? 0 : 1;
 }

@@ -191,7 +191,9 @@ void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {
   std::unique_lock<std::mutex> l(i->mu);
   SubmitAllStaged(i);
   auto c = QueueDataChange(i, /*sync=*/true);
-  c->waiters.push_back([i, done = std::move(done)](Status st) {
+  const auto start = std::chrono::steady_clock::now();
+  c->waiters.push_back([this, start, i, done = std::move(done)](Status st) {
+    metrics_.Record(Op::kFsync, ElapsedNs(start), 0);
     int err;
     {
       std::lock_guard<std::mutex> l2(i->mu);
@@ -335,6 +337,15 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
 }
 
 Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = WriteInner(fh, off, data);
+  metrics_.Record(Op::kWrite, ElapsedNs(start), r.ok() ? *r : 0);
+  if (!r.ok()) metrics_.Error(r.status().code());
+  return r;
+}
+
+Result<size_t> FileSystem::Impl::WriteInner(uint64_t fh, uint64_t off,
+                                            std::span<const char> data) {
   Handle h;
   {
     std::lock_guard<std::mutex> l(handles_mu_);
@@ -571,7 +582,14 @@ void FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
 
 // ------------------------------------------------------------ read path
 
-void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done) {
+void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone user_done) {
+  const auto start = std::chrono::steady_clock::now();
+  ReadDone done = [this, start, user_done = std::move(user_done)](Status st,
+                                                                 std::span<const char> d) {
+    metrics_.Record(Op::kRead, ElapsedNs(start), d.size());
+    if (!st.ok()) metrics_.Error(st.code());
+    user_done(st, d);
+  };
   InodeRef i;
   {
     std::lock_guard<std::mutex> l(handles_mu_);
@@ -768,9 +786,11 @@ void FileSystem::Impl::Prefetch(const InodeRef& inode) {
       r.byte_off = fe.ext.byte_off;
       r.buf = entry->data.get() + (fe.file_off - cstart);
       r.len = fe.ext.len;
-      r.done = [this, inode, entry, left, ok](Status st) {
+      r.done = [this, inode, entry, left, ok, start = std::chrono::steady_clock::now()](Status st) {
         if (!st.ok()) *ok = false;
         if (left->fetch_sub(1) != 1) return;
+        metrics_.Record(Op::kPrefetch, ElapsedNs(start), entry->capacity);
+        if (!ok->load()) metrics_.Error(EIO);
         entry->Finish(ok->load());
         FinishDeviceRead(inode);
       };

@@ -329,6 +329,22 @@ Result<uint64_t> FileSystem::Impl::ResolvePath(std::string_view path) {
   return ino;
 }
 
+StatsSnapshot FileSystem::Impl::Stats() {
+  StatsSnapshot s;
+  s.ops = metrics_.Snapshot();
+  s.errors = metrics_.Errors();
+  s.cache = cache_->counters();
+  s.staging_bytes = pool_.region_bytes();
+  s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
+  s.queued_commits = committer_->queued();
+  volume::SpaceStats sp = volume_.space();
+  s.total_bytes = sp.total_bytes;
+  s.free_bytes = sp.free_bytes;
+  s.largest_free = sp.largest_free;
+  s.free_extents = sp.free_extents;
+  return s;
+}
+
 Status FileSystem::Impl::Shutdown() {
   if (shut_down_) return Status::OK();
   Status st = FlushAll();
@@ -416,5 +432,6 @@ Status FileSystem::Prefetch(uint64_t ino) { return impl_->PrefetchIno(ino); }
 Result<uint64_t> FileSystem::ResolvePath(std::string_view path) { return impl_->ResolvePath(path); }
 Status FileSystem::DropCache() { return impl_->DropCache(); }
 CacheStats FileSystem::cache_stats() { return impl_->cache_->counters(); }
+StatsSnapshot FileSystem::Stats() { return impl_->Stats(); }
 
 }  // namespace kvfs::fs

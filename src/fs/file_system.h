@@ -191,6 +191,8 @@ class FileSystem {
   // device (for fair cold-load measurements).
   Status DropCache();
   CacheStats cache_stats();
+  // Everything MOUNT/.kvfs/stats and /metrics show (fs/stats.h).
+  struct StatsSnapshot Stats();
 
   // Implementation details follow.
   class Impl;

@@ -16,6 +16,7 @@
 #include "fs/committer.h"
 #include "fs/file_system.h"
 #include "fs/inode_state.h"
+#include "fs/stats.h"
 
 namespace kvfs::fs {
 
@@ -55,11 +56,13 @@ class FileSystem::Impl {
   Status PrefetchIno(uint64_t ino);
   Result<uint64_t> ResolvePath(std::string_view path);
   Status DropCache();
+  StatsSnapshot Stats();
   static Attr ToAttr(const index::Inode& rec);
   static int64_t NowNs();
 
   // --- namespace_ops.cc
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
+  Result<Attr> LookupInner(uint64_t parent, std::string_view name);
   void Forget(uint64_t ino, uint64_t nlookup);
   Result<Attr> GetAttr(uint64_t ino);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
@@ -79,6 +82,7 @@ class FileSystem::Impl {
   Result<uint64_t> Open(uint64_t ino, int flags);
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done);
   Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
+  Result<size_t> WriteInner(uint64_t fh, uint64_t off, std::span<const char> data);
   Status Flush(uint64_t fh);
   void Release(uint64_t fh);
   void Fsync(uint64_t fh, std::function<void(Status)> done);
@@ -149,6 +153,7 @@ class FileSystem::Impl {
   std::unordered_map<uint64_t, std::weak_ptr<InodeState>> staged_inodes_;  // GUARDED_BY(staged_mu_)
 
   std::atomic<uint64_t> next_token_{1};
+  FsMetrics metrics_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<Committer> committer_;
   bool shut_down_ = false;

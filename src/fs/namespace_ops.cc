@@ -39,6 +39,14 @@ Result<uint64_t> FileSystem::Impl::ResolveEntry(uint64_t parent, std::string_vie
 }
 
 Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = LookupInner(parent, name);
+  metrics_.Record(Op::kLookup, ElapsedNs(start), 0);
+  if (!r.ok() && r.status().code() != ENOENT) metrics_.Error(r.status().code());
+  return r;
+}
+
+Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
   InodeRef child;
   {

@@ -72,12 +72,18 @@ Result<VerifyStats> VerifyExtents(const std::vector<const device::BlockDevice*>&
   uint64_t total = 0;
   for (const Run& r : runs) total += r.len;
 
+  // The registered pool is populated up front: size it to the work, so a
+  // small volume does not pay for 128 MiB of buffers.
+  uint64_t longest = kBlockSize;
+  for (const Run& r : runs) longest = std::max(longest, r.len);
+  const size_t slot = std::min<size_t>(o.read_bytes, longest);
+  const size_t slots = std::max<size_t>(1, std::min<size_t>(o.inflight_reads, runs.size()));
   device::IoEngineOptions eo;
   eo.rings = o.rings;
   eo.queue_depth = o.queue_depth;
-  eo.max_command_bytes = o.command_bytes;
-  eo.staging_slot_bytes = o.read_bytes;
-  eo.staging_pool_bytes = o.read_bytes * o.inflight_reads;
+  eo.max_command_bytes = std::min(o.command_bytes, slot);
+  eo.staging_slot_bytes = slot;
+  eo.staging_pool_bytes = slot * slots;
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<device::IoEngine> engine,
                         device::IoEngine::Create(devices, eo));
   device::BufferPool& pool = engine->buffers();

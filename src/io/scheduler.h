@@ -119,7 +119,7 @@ struct LaneSnapshot {
   uint64_t errors = 0;     // of `ops`, those that completed with an error
   uint64_t cancelled = 0;  // completed with ECANCELED, never dispatched
   uint32_t inflight = 0;   // requests at the device now
-  uint32_t inflight_commands = 0;
+  uint64_t inflight_commands = 0;
   uint64_t inflight_bytes = 0;
   uint32_t queued = 0;  // requests waiting in the lane's queue now
   uint64_t queued_bytes = 0;
@@ -173,7 +173,7 @@ class Scheduler {
     std::deque<Op*> queue;           // GUARDED_BY(mu_), FIFO
     uint64_t queued_bytes = 0;       // GUARDED_BY(mu_)
     uint32_t inflight = 0;           // GUARDED_BY(mu_)
-    uint32_t inflight_commands = 0;  // GUARDED_BY(mu_)
+    uint64_t inflight_commands = 0;  // GUARDED_BY(mu_)
     uint64_t inflight_bytes = 0;     // GUARDED_BY(mu_)
   };
   // Written on every completion: a cache line of its own per lane.
@@ -215,7 +215,7 @@ class Scheduler {
   // drain_mu_.
   mutable std::mutex mu_;
   std::array<LaneState, kLaneCount> lanes_;  // GUARDED_BY(mu_)
-  uint32_t device_inflight_ = 0;             // GUARDED_BY(mu_): commands
+  uint64_t device_inflight_ = 0;             // GUARDED_BY(mu_): commands
 
   std::array<LaneStats, kLaneCount> stats_;
 

@@ -8,6 +8,9 @@
 
 #include "common/format.h"
 #include "fs/fs_fixture.h"
+#include "fs/stats.h"
+
+#include <nlohmann/json.hpp>
 
 namespace kvfs::fs {
 namespace {
@@ -251,6 +254,29 @@ TEST_F(FsTest, OpenTruncOverStaleLongerFile) {
   fs_->Release(*fh2);
   Remount();
   EXPECT_EQ(fs_->Lookup(kRootIno, "tmp")->size, 0u);
+}
+
+}  // namespace
+}  // namespace kvfs::fs
+
+namespace kvfs::fs {
+namespace {
+
+TEST_F(FsTest, StatsCountOperationsAndRenderAsJsonAndPrometheus) {
+  Store(kRootIno, "s", Pattern(2 << 20, 1));
+  EXPECT_EQ(*Load(kRootIno, "s"), Pattern(2 << 20, 1));
+  EXPECT_EQ(fs_->Lookup(kRootIno, "missing").status().code(), ENOENT);
+  StatsSnapshot s = fs_->Stats();
+  EXPECT_GE(s.ops[static_cast<size_t>(Op::kLookup)].latency.count(), 2u);
+  EXPECT_GE(s.ops[static_cast<size_t>(Op::kWrite)].bytes, 2u << 20);
+  EXPECT_GE(s.ops[static_cast<size_t>(Op::kRead)].bytes, 2u << 20);
+  EXPECT_GT(s.total_bytes, s.free_bytes);
+  auto j = nlohmann::json::parse(StatsToJson(s));
+  EXPECT_GE(j["ops"]["lookup"]["latency"]["count"].get<uint64_t>(), 2u);
+  EXPECT_TRUE(j["errors"].empty());  // ENOENT of a lookup is not an error
+  std::string prom = StatsToPrometheus(s);
+  EXPECT_NE(prom.find("kvfs_op_seconds_count{op=\"lookup\"}"), std::string::npos);
+  EXPECT_NE(prom.find("# TYPE kvfs_space_free_bytes gauge"), std::string::npos);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "fs/inode_state.h"  // needs sys/stat.h first
+#include "common/crc32c.h"
 #include "fsck/model.h"
 #include "fsck/fsck_fixture.h"
 
@@ -247,6 +248,47 @@ TEST_F(FsckTest, ExtentOutsideTheDataRegionIsDroppedAndTheFileMoved) {
   EXPECT_EQ(*moved, want);
 }
 
+TEST_F(FsckTest, ExtentAcrossAChunkBoundaryIsSplitKeepingTheData) {
+  Populate();
+  index::Inode k1 = GetInode(k1_);
+  ASSERT_EQ(k1.extents.size(), 4u);
+  // Merge chunks 0 and 1 into one 2 MiB extent: fs/ refuses to load that.
+  ASSERT_EQ(k1.extents[1].ext.byte_off, k1.extents[0].ext.end()) << "chunks not adjacent";
+  k1.extents[0].ext.len = 2 << 20;
+  k1.extents[0].crc32c = Crc32c(k1_data_.data(), 2 << 20);
+  k1.extents.erase(k1.extents.begin() + 1);
+  PutInode(k1);
+  EXPECT_EQ(ReadPath({"a", "b", "k1"}).status().code(), EUCLEAN);
+  Report n = Run(false);
+  auto b = Of(n, FindingKind::kBadExtent);
+  ASSERT_EQ(b.size(), 1u) << Lines(n);
+  EXPECT_NE(b[0]->problem.find("chunk boundary"), std::string::npos) << b[0]->problem;
+  EXPECT_EQ(b[0]->problem.find("checksum"), std::string::npos) << b[0]->problem;
+  ExpectRepaired(FindingKind::kBadExtent, /*verify=*/true);
+  auto moved = ReadPath({"lost+found", "#" + std::to_string(k1_) + "-k1"});
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ(*moved, k1_data_);
+  EXPECT_EQ(GetInode(k1_).extents.size(), 4u);
+}
+
+TEST_F(FsckTest, MissingRootIsRecreatedKeepingTheTree) {
+  Populate();
+  {
+    auto idx = OpenIndex();
+    auto b = idx->NewBatch();
+    b.DeleteInode(kRootIno);
+    ASSERT_TRUE(idx->Commit(b, true).ok());
+  }
+  Report n = Run(false);
+  ASSERT_EQ(Of(n, FindingKind::kMissingRoot).size(), 1u) << Lines(n);
+  EXPECT_EQ(n.findings.size(), 1u) << Lines(n);
+  ExpectRepaired(FindingKind::kMissingRoot);
+  auto k1 = ReadPath({"a", "b", "k1"});
+  ASSERT_TRUE(k1.ok()) << k1.status().ToString();
+  EXPECT_EQ(*k1, k1_data_);
+  EXPECT_EQ(GetInode(kRootIno).nlink, 4u);  // 2 + a, c, (no lost+found needed)
+}
+
 TEST_F(FsckTest, FlippedByteIsFoundByVerifyDataAndTheFileMoved) {
   Populate();
   index::Inode k1 = GetInode(k1_);
@@ -331,6 +373,46 @@ TEST_F(FsckTest, MountedVolumeIsCheckedReadOnlyAndNotRepaired) {
   EXPECT_EQ(n.stats.files, 5u);  // sees the commit made by the live mount
   ASSERT_FALSE(n.notes.empty());
   Unmount();
+}
+
+TEST(FsckMultiDeviceTest, TwoDeviceVolumeIsCheckedAndAMissingDeviceRefused) {
+  kvfs::testing::TempDir dir;
+  const std::string d0 = dir.Join("d0.img"), d1 = dir.Join("d1.img");
+  volume::FormatOptions fo;
+  fo.size_bytes = 32 << 20;
+  ASSERT_TRUE(volume::FormatVolume({d0, d1}, fo).ok());
+  {
+    auto v = volume::Volume::Open({d0, d1}, volume::VolumeOptions{});
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    fs::FileSystemOptions fso;
+    fso.cache_bytes = 8 << 20;
+    auto f = fs::FileSystem::Create(**v, fso);
+    ASSERT_TRUE(f.ok());
+    // Enough data that both devices hold some (the fuller one gets less).
+    for (int i = 0; i < 12; ++i) {
+      auto c = (*f)->Create(kRootIno, "f" + std::to_string(i), 0644, O_WRONLY | O_CREAT,
+                            fs::Caller{});
+      ASSERT_TRUE(c.ok());
+      ASSERT_TRUE((*f)->Write(c->fh, 0, Pattern(3 << 20, i)).ok());
+      ASSERT_TRUE((*f)->Flush(c->fh).ok());
+      (*f)->Release(c->fh);
+    }
+    ASSERT_TRUE((*f)->Shutdown().ok());
+  }
+  CheckOptions o;
+  o.devices = {d1, d0};  // any order
+  o.verify_data = true;
+  Report r = Check(o);
+  EXPECT_EQ(r.ExitCode(), kExitClean) << r.error.ToString();
+  EXPECT_EQ(r.stats.extents, 36u);
+  EXPECT_EQ(r.stats.verified_bytes, 36u << 20);
+
+  o.devices = {d1};
+  o.index_dir = d0 + ".index";
+  Report missing = Check(o);
+  EXPECT_EQ(missing.ExitCode(), kExitOperational);
+  EXPECT_NE(missing.error.ToString().find("missing"), std::string::npos)
+      << missing.error.ToString();
 }
 
 }  // namespace

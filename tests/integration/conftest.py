@@ -229,6 +229,7 @@ class Volume:
 @pytest.fixture
 def workdir():
     d = tempfile.mkdtemp(prefix="kvfs-it-", dir="/var/tmp")
+    os.chmod(d, 0o755)  # other users (permission tests) reach the mount
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

@@ -1,0 +1,82 @@
+// Live statistics of a mounted volume, and their two renderings: JSON (for
+// MOUNT/.kvfs/stats and kvfsctl) and the Prometheus text exposition format
+// (MOUNT/.kvfs/metrics).
+//
+// Counting is on the hot path: FsMetrics is atomics and lock-free
+// histograms only (two relaxed adds per record).
+//
+// Thread safety: FsMetrics may be updated and snapshotted from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "common/histogram.h"
+#include "fs/file_system.h"
+
+namespace kvfs::fs {
+
+enum class Op : uint8_t { kLookup = 0, kRead, kWrite, kPrefetch, kFsync, kCount };
+const char* OpName(Op op);
+
+class FsMetrics {
+ public:
+  void Record(Op op, uint64_t ns, uint64_t bytes) {
+    auto& m = ops_[static_cast<size_t>(op)];
+    m.latency.Record(ns);
+    if (bytes) m.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  // Counts an error by errno, once per failed call.
+  void Error(int code);
+
+  struct OpSnapshot {
+    HistogramSnapshot latency;
+    uint64_t bytes = 0;
+  };
+  std::array<OpSnapshot, static_cast<size_t>(Op::kCount)> Snapshot() const;
+  std::map<int, uint64_t> Errors() const;
+
+ private:
+  struct PerOp {
+    Histogram latency;
+    std::atomic<uint64_t> bytes{0};
+  };
+  std::array<PerOp, static_cast<size_t>(Op::kCount)> ops_;
+  mutable std::mutex errors_mu_;
+  std::map<int, uint64_t> errors_;  // GUARDED_BY(errors_mu_); errors are rare
+};
+
+// Nanoseconds since `start`.
+inline uint64_t ElapsedNs(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count());
+}
+
+struct LaneStats {
+  std::string name;
+  uint64_t ops = 0, bytes = 0, errors = 0, cancelled = 0;
+  uint32_t inflight = 0, queued = 0;
+  HistogramSnapshot latency;
+};
+
+struct StatsSnapshot {
+  std::array<FsMetrics::OpSnapshot, static_cast<size_t>(Op::kCount)> ops;
+  std::map<int, uint64_t> errors;  // errno -> count
+  std::vector<LaneStats> lanes;
+  CacheStats cache;
+  uint64_t staged_bytes = 0;     // dirty data held in staging buffers
+  uint64_t staging_bytes = 0;    // the staging bound (dirty_mb)
+  uint64_t queued_commits = 0;
+  uint64_t total_bytes = 0, free_bytes = 0, largest_free = 0, free_extents = 0;
+};
+
+std::string StatsToJson(const StatsSnapshot& s);
+std::string StatsToPrometheus(const StatsSnapshot& s);
+
+}  // namespace kvfs::fs
