@@ -242,10 +242,26 @@ int main(int argc, char** argv) {
   vopt.engine.staging_pool_bytes = static_cast<size_t>(cfg.dirty_mb) << 20;
   vopt.engine.rings = cfg.rings;
 
+  // What mount(8) and /proc/mounts show: fuse.kvfs, and the first device.
+  std::string fsname = devices[0];
+  if (fsname.find_first_of(",\\") != std::string::npos) fsname = "kvfs";
+  std::string names = "-osubtype=kvfs,fsname=" + fsname;
+  // Inserted before the user's options so that theirs win.
+  if (fuse_opt_insert_arg(&args, 1, names.c_str()) != 0) Fail("out of memory");
+
   // Before any thread exists: the signals that end the session must reach
   // the thread running its loop (fuse/daemon.h), and fork keeps only the
   // calling thread.
   kvfs::fuse::BlockTerminationSignals();
+  // The FUSE session first: bad options fail before the volume is touched.
+  kvfs::fuse::MountOptions mopt;
+  mopt.timeouts.entry_s = cfg.entry_timeout;
+  mopt.timeouts.attr_s = cfg.attr_timeout;
+  mopt.timeouts.negative_s = cfg.negative_timeout;
+  mopt.max_threads = cfg.max_threads;
+  auto mount = kvfs::fuse::Mount::Create(mopt, &args);
+  if (!mount.ok()) Fail(mount.status().ToString());
+
   std::optional<kvfs::fuse::Detacher> detacher;
   if (!cfg.foreground) {
     auto d = kvfs::fuse::Detacher::Fork();  // the parent exits in there
@@ -262,34 +278,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvfs: %s\n", fs.status().ToString().c_str());
     return 1;
   }
-
-  // What mount(8) and /proc/mounts show: fuse.kvfs, and the first device.
-  std::string fsname = devices[0];
-  if (fsname.find_first_of(",\\") != std::string::npos) fsname = "kvfs";
-  std::string names = "-osubtype=kvfs,fsname=" + fsname;
-  // Inserted before the user's options so that theirs win.
-  if (fuse_opt_insert_arg(&args, 1, names.c_str()) != 0) {
-    std::fprintf(stderr, "kvfs: out of memory\n");
+  kvfs::Status mounted = (*mount)->MountAt(**fs, mountpoint);
+  if (!mounted.ok()) {
+    std::fprintf(stderr, "kvfs: %s\n", mounted.ToString().c_str());
     return 1;
   }
-
-  kvfs::fuse::MountOptions mopt;
-  mopt.timeouts.entry_s = cfg.entry_timeout;
-  mopt.timeouts.attr_s = cfg.attr_timeout;
-  mopt.timeouts.negative_s = cfg.negative_timeout;
-  mopt.max_threads = cfg.max_threads;
-  auto mount = kvfs::fuse::Mount::Create(**fs, mopt, &args, mountpoint);
-  if (!mount.ok()) {
-    // libfuse has printed its reason; the FileSystem and Volume close cleanly.
-    std::fprintf(stderr, "kvfs: %s\n", mount.status().ToString().c_str());
-    return 1;
-  }
-  spdlog::info("mounted {} at {}", devices[0], mountpoint);
   if (detacher) {
     log_sinks->set_sinks({std::make_shared<spdlog::sinks::syslog_sink_mt>(
         "kvfs", LOG_PID, LOG_DAEMON, /*enable_formatting=*/false)});
     detacher->Ready();
   }
+  spdlog::info("mounted {} at {}", devices[0], mountpoint);
 
   kvfs::Status run = (*mount)->Run();
   mount->reset();  // unmounted; every reply sent

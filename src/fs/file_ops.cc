@@ -308,8 +308,8 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
       lock.unlock();
       Status st;
       for (const index::FileExtent& fe : extents) {
-        st = io_.ReadSync(fe.ext.device, fe.ext.byte_off, data + (fe.file_off - cstart),
-                          fe.ext.len);
+        st = sched_->ReadSync(io::Lane::kRead, fe.ext.device, fe.ext.byte_off,
+                              data + (fe.file_off - cstart), fe.ext.len);
         if (!st.ok()) break;
       }
       lock.lock();
@@ -470,7 +470,7 @@ void FileSystem::Impl::SubmitChunk(const InodeRef& inode, uint64_t ci) {
     reqs.push_back(std::move(r));
     pos += e.len;
   }
-  io_.Submit(reqs);
+  sched_->Submit(io::Lane::kWrite, reqs);
 }
 
 void FileSystem::Impl::OnChunkWritten(const InodeRef& inode, uint64_t ci,
@@ -582,7 +582,8 @@ void FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
 
 // ------------------------------------------------------------ read path
 
-void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone user_done) {
+void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone user_done,
+                            CancelFlag cancel) {
   const auto start = std::chrono::steady_clock::now();
   ReadDone done = [this, start, user_done = std::move(user_done)](Status st,
                                                                  std::span<const char> d) {
@@ -757,7 +758,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
     };
     reqs.push_back(std::move(r));
   }
-  if (!reqs.empty()) io_.Submit(reqs);
+  if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs, cancel);
   finish_one();  // setup's own count: the reply may now go out
 }
 
@@ -803,7 +804,7 @@ void FileSystem::Impl::Prefetch(const InodeRef& inode) {
     std::lock_guard<std::mutex> t(table_mu_);
     inode->pending_changes += loads;  // pinned until the loads complete
   }
-  io_.Submit(reqs);
+  sched_->Submit(io::Lane::kPrefetch, reqs);
 }
 
 }  // namespace kvfs::fs

@@ -16,7 +16,8 @@ namespace kvfs::fs {
 
 FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options)
     : volume_(volume),
-      io_(volume.io()),
+      sched_(std::make_unique<io::Scheduler>(
+          volume.io(), io::SchedulerOptions::ForEngine(volume.engine_options()))),
       pool_(volume.buffers()),
       options_(options),
       cache_(std::make_unique<ChunkCache>(options.cache_bytes)) {
@@ -28,6 +29,7 @@ FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options)
 
 FileSystem::Impl::~Impl() {
   Shutdown().ignore();  // errors were logged; nobody is left to tell
+  sched_.reset();  // every request completes (their callbacks may queue changes)
   committer_.reset();
   std::lock_guard<std::mutex> l(table_mu_);
   inodes_.clear();  // returns staging buffers to the pool
@@ -57,8 +59,8 @@ Attr FileSystem::Impl::ToAttr(const index::Inode& rec) {
 }
 
 Status FileSystem::Impl::FlushDevices() {
-  for (uint32_t d = 0; d < io_.device_count(); ++d) {
-    KVFS_RETURN_IF_ERROR(io_.FlushSync(d));
+  for (uint32_t d = 0; d < sched_->device_count(); ++d) {
+    KVFS_RETURN_IF_ERROR(sched_->FlushSync(io::Lane::kMeta, d));
   }
   return Status::OK();
 }
@@ -337,6 +339,19 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.staging_bytes = pool_.region_bytes();
   s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
   s.queued_commits = committer_->queued();
+  auto lanes = sched_->Snapshot();
+  for (size_t k = 0; k < lanes.size(); ++k) {
+    LaneStats l;
+    l.name = io::LaneName(static_cast<io::Lane>(k));
+    l.ops = lanes[k].ops;
+    l.bytes = lanes[k].bytes;
+    l.errors = lanes[k].errors;
+    l.cancelled = lanes[k].cancelled;
+    l.inflight = lanes[k].inflight;
+    l.queued = lanes[k].queued;
+    l.latency = lanes[k].latency;
+    s.lanes.push_back(std::move(l));
+  }
   volume::SpaceStats sp = volume_.space();
   s.total_bytes = sp.total_bytes;
   s.free_bytes = sp.free_bytes;
@@ -405,8 +420,9 @@ Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, u
   return impl_->Create(p, n, mode, flags, c);
 }
 Result<uint64_t> FileSystem::Open(uint64_t ino, int flags) { return impl_->Open(ino, flags); }
-void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done) {
-  impl_->Read(fh, off, size, std::move(done));
+void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
+                      CancelFlag cancel) {
+  impl_->Read(fh, off, size, std::move(done), std::move(cancel));
 }
 Result<size_t> FileSystem::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
   return impl_->Write(fh, off, data);

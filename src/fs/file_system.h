@@ -31,6 +31,8 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -151,8 +153,11 @@ class FileSystem {
   // O_TRUNC truncates to 0. EISDIR for a directory.
   Result<uint64_t> Open(uint64_t ino, int flags);
   // `data` is valid only during the callback; shorter than `size` at EOF.
+  // Setting *cancel (the caller gave up: FUSE INTERRUPT) drops the parts of
+  // the read not yet sent to the device; done then gets ECANCELED.
   using ReadDone = std::function<void(Status, std::span<const char> data)>;
-  void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done);
+  using CancelFlag = std::shared_ptr<std::atomic<bool>>;
+  void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel = nullptr);
   // Copies `data` into staging. Returns bytes accepted (all of them) or an
   // error (ENOSPC when the volume is full, EIO after a failed write-behind,
   // EBADF for a read-only handle).

@@ -17,6 +17,7 @@
 #include "fs/file_system.h"
 #include "fs/inode_state.h"
 #include "fs/stats.h"
+#include "io/scheduler.h"
 
 namespace kvfs::fs {
 
@@ -80,7 +81,7 @@ class FileSystem::Impl {
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                          const Caller& caller);
   Result<uint64_t> Open(uint64_t ino, int flags);
-  void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done);
+  void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel);
   Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
   Result<size_t> WriteInner(uint64_t fh, uint64_t off, std::span<const char> data);
   Status Flush(uint64_t fh);
@@ -132,7 +133,8 @@ class FileSystem::Impl {
   void MarkDeletedIfUnused(const InodeRef& inode, Change& c);  // REQUIRES: mu
 
   volume::Volume& volume_;
-  device::BlockIo& io_;
+  // Every device request of the filesystem goes through the lanes.
+  std::unique_ptr<io::Scheduler> sched_;
   device::BufferPool& pool_;
   const FileSystemOptions options_;
 

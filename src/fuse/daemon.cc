@@ -5,7 +5,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "fuse/ops.h"
@@ -22,6 +25,67 @@ sigset_t TerminationSignals() {
   sigaddset(&set, SIGHUP);
   return set;
 }
+
+// --- libfuse's messages (see daemon.h).
+//
+// libfuse may build one line from several calls, so text is gathered up to
+// each newline. GUARDED_BY(g_log_mu): g_line, g_capture.
+std::mutex g_log_mu;
+std::string g_line;
+std::string* g_capture = nullptr;
+
+void LibfuseLog(enum fuse_log_level level, const char* fmt, va_list ap) {
+  if (level == FUSE_LOG_DEBUG) {  // -d output, as libfuse writes it
+    std::vfprintf(stderr, fmt, ap);
+    return;
+  }
+  char buf[1024];
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  std::lock_guard<std::mutex> l(g_log_mu);
+  g_line += buf;
+  size_t nl;
+  while ((nl = g_line.find('\n')) != std::string::npos) {
+    std::string line = g_line.substr(0, nl);
+    g_line.erase(0, nl + 1);
+    if (line.empty()) continue;
+    if (g_capture != nullptr) {
+      if (!g_capture->empty()) *g_capture += "; ";
+      *g_capture += line;
+    } else if (level <= FUSE_LOG_ERR) {
+      spdlog::error("libfuse: {}", line);
+    } else {
+      spdlog::info("libfuse: {}", line);
+    }
+  }
+}
+
+void InstallLibfuseLog() { fuse_set_log_func(LibfuseLog); }
+
+// While alive, libfuse's messages are collected instead of logged.
+class CapturedLibfuseLog {
+ public:
+  CapturedLibfuseLog() {
+    std::lock_guard<std::mutex> l(g_log_mu);
+    g_capture = &text_;
+  }
+  ~CapturedLibfuseLog() {
+    std::lock_guard<std::mutex> l(g_log_mu);
+    g_capture = nullptr;
+  }
+  // What libfuse said, or `fallback` if nothing.
+  std::string Take(const std::string& fallback) {
+    std::lock_guard<std::mutex> l(g_log_mu);
+    if (!g_line.empty()) {  // a message without its newline
+      if (!text_.empty()) text_ += "; ";
+      text_ += g_line;
+      g_line.clear();
+    }
+    return text_.empty() ? fallback : fallback + ": " + text_;
+  }
+
+ private:
+  std::string text_;
+};
 
 // The connection's parameters, negotiated with the kernel in FUSE_INIT.
 void Init(void* /*userdata*/, fuse_conn_info* conn) {
@@ -98,11 +162,10 @@ void BlockTerminationSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-Result<std::unique_ptr<Mount>> Mount::Create(fs::FileSystem& fs, const MountOptions& options,
-                                             fuse_args* args, const std::string& mountpoint) {
+Result<std::unique_ptr<Mount>> Mount::Create(const MountOptions& options, fuse_args* args) {
   std::unique_ptr<Mount> m(new Mount());
   m->options_ = options;
-  m->state_ = std::make_unique<SessionState>(fs, options.timeouts);
+  m->state_ = std::make_unique<SessionState>(options.timeouts);
 
   // The kernel checks mode bits (fs/ checks only what it cannot); max_read
   // must match what Init() asks for, or libfuse refuses the connection.
@@ -114,20 +177,26 @@ Result<std::unique_ptr<Mount>> Mount::Create(fs::FileSystem& fs, const MountOpti
     return Status::Error(ENOMEM, "fuse_opt_add_arg");
   }
 
+  InstallLibfuseLog();
   const fuse_lowlevel_ops op = Operations();
+  CapturedLibfuseLog log;
   m->se_ = fuse_session_new(args, &op, sizeof(op), m->state_.get());
-  if (m->se_ == nullptr) {
-    return Status::Error(EINVAL, "cannot create the FUSE session (bad mount options?)");
-  }
+  if (m->se_ == nullptr) return Status::Error(EINVAL, log.Take("bad FUSE options"));
   if (fuse_set_signal_handlers(m->se_) != 0) {
-    return Status::Error(EIO, "cannot install signal handlers");
+    return Status::Error(EIO, log.Take("cannot install signal handlers"));
   }
   m->signals_set_ = true;
-  if (fuse_session_mount(m->se_, mountpoint.c_str()) != 0) {
-    return Status::Error(EIO, "cannot mount at " + mountpoint);
-  }
-  m->mounted_ = true;
   return m;
+}
+
+Status Mount::MountAt(fs::FileSystem& fs, const std::string& mountpoint) {
+  state_->fs = &fs;
+  CapturedLibfuseLog log;
+  if (fuse_session_mount(se_, mountpoint.c_str()) != 0) {
+    return Status::Error(EIO, log.Take("cannot mount at " + mountpoint));
+  }
+  mounted_ = true;
+  return Status::OK();
 }
 
 Mount::~Mount() {

@@ -2,16 +2,24 @@
 // mountpoint, from setup to teardown.
 //
 //   BlockTerminationSignals();            // first thing in main()
+//   KVFS_ASSIGN_OR_RETURN(auto m, Mount::Create(options, &args));  // checks options
 //   ... open the Volume and the FileSystem ...
-//   KVFS_ASSIGN_OR_RETURN(auto m, Mount::Create(fs, options, &args, mnt));
+//   KVFS_RETURN_IF_ERROR(m->MountAt(*fs, "/mnt/kv"));
 //   Status st = m->Run();                  // until unmounted or signalled
 //   m.reset();                             // unmounted, session gone
 //   fs->Shutdown();                        // staged data out, index synced
+//
+// Create() comes first so that bad options fail before the volume is
+// opened (and before the daemon forks, see fuse/detach.h).
 //
 // Signals: SIGTERM, SIGINT and SIGHUP end Run(). They must reach the thread
 // that calls Run() (libfuse's loop waits there), so main() blocks them
 // before any thread exists -- threads inherit the mask, the I/O engine's and
 // RocksDB's included -- and Run() unblocks them in its own thread only.
+//
+// libfuse's messages: while Create() and MountAt() run, they become the
+// context of the Status returned; otherwise they go to spdlog, except
+// debug output (-d), which goes to stderr as libfuse writes it.
 //
 // Thread safety: one thread creates, runs and destroys a Mount.
 #pragma once
@@ -46,21 +54,22 @@ class Mount {
  public:
   // Creates the session over `args` (libfuse options; argv[0] is the
   // program name; kvfs adds default_permissions, max_read and, for root,
-  // allow_other), installs the signal handlers and mounts at `mountpoint`
-  // (absolute). `fs` must outlive the Mount. Fails with EINVAL for options
-  // libfuse rejects, or the mount's error (libfuse prints its reason).
-  static Result<std::unique_ptr<Mount>> Create(fs::FileSystem& fs, const MountOptions& options,
-                                               fuse_args* args, const std::string& mountpoint);
-  // Unmounts if still mounted, restores the signal handlers, destroys the
-  // session.
+  // allow_other) and installs the signal handlers. Mounts nothing. EINVAL
+  // with libfuse's reason for options it rejects.
+  static Result<std::unique_ptr<Mount>> Create(const MountOptions& options, fuse_args* args);
+  // Unmounts if mounted, restores the signal handlers, destroys the session.
   ~Mount();
   Mount(const Mount&) = delete;
   Mount& operator=(const Mount&) = delete;
 
+  // Mounts at `mountpoint` (absolute), serving `fs`, which must outlive the
+  // Mount. Call once. Fails with libfuse's reason.
+  Status MountAt(fs::FileSystem& fs, const std::string& mountpoint);
+
   // Serves requests on up to options.max_threads threads until the file
   // system is unmounted (fusermount3 -u, umount) or a termination signal
   // arrives; returns after every request has been replied to. OK in both
-  // cases; the loop's error otherwise.
+  // cases; the loop's error otherwise. REQUIRES: MountAt() succeeded.
   Status Run();
 
  private:

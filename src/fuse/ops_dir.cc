@@ -13,7 +13,7 @@ namespace kvfs::fuse::ops {
 
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
-  Result<uint64_t> r = NoThrow([&] { return s.fs.OpenDir(ino); });
+  Result<uint64_t> r = NoThrow([&] { return s.fs->OpenDir(ino); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "opendir");
     return;
@@ -21,7 +21,7 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->fh = *r;
   if (fuse_reply_open(req, fi) == -ENOENT) {
     // Interrupted opendir(3): no releasedir will come for this handle.
-    Status st = NoThrowVoid([&] { s.fs.ReleaseDir(*r); });
+    Status st = NoThrowVoid([&] { s.fs->ReleaseDir(*r); });
     if (!st.ok()) spdlog::error("opendir: undoing an interrupted open: {}", st.ToString());
   }
 }
@@ -34,7 +34,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fi
     buf.resize(size);
     char cname[256];  // fuse_add_direntry wants a NUL-terminated name
     std::string long_name;
-    return s.fs.ReadDir(
+    return s.fs->ReadDir(
         fi->fh, static_cast<uint64_t>(off),
         [&](std::string_view name, uint64_t ino, uint32_t mode, uint64_t next_off) {
           const char* n = cname;
@@ -71,7 +71,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fi
 
 void ReleaseDir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
-  Status st = NoThrowVoid([&] { s.fs.ReleaseDir(fi->fh); });
+  Status st = NoThrowVoid([&] { s.fs->ReleaseDir(fi->fh); });
   if (!st.ok()) spdlog::error("releasedir of handle {}: {}", fi->fh, st.ToString());
   fuse_reply_err(req, 0);
 }
@@ -80,13 +80,13 @@ void FsyncDir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_in
   // Directory changes are ordered commits of the one index: writing out and
   // committing everything queued covers this directory's entries.
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs.FlushAll(); }), "fsyncdir");
+  ReplyStatus(req, NoThrow([&] { return s.fs->FlushAll(); }), "fsyncdir");
 }
 
 void StatFs(fuse_req_t req, fuse_ino_t /*ino*/) {
   SessionState& s = StateOf(req);
   fs::FsStats stats;
-  Status st = NoThrowVoid([&] { stats = s.fs.StatFs(); });
+  Status st = NoThrowVoid([&] { stats = s.fs->StatFs(); });
   if (!st.ok()) {
     ReplyStatus(req, st, "statfs");
     return;

@@ -26,7 +26,7 @@ int64_t ToNs(const timespec& ts) {
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   SessionState& s = StateOf(req);
-  Result<fs::Attr> r = NoThrow([&] { return s.fs.Lookup(parent, name); });
+  Result<fs::Attr> r = NoThrow([&] { return s.fs->Lookup(parent, name); });
   if (r.ok()) {
     fuse_entry_param e = EntryParam(*r, s.timeouts);
     fuse_reply_entry(req, &e);
@@ -47,7 +47,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
   SessionState& s = StateOf(req);
-  Status st = NoThrowVoid([&] { s.fs.Forget(ino, nlookup); });
+  Status st = NoThrowVoid([&] { s.fs->Forget(ino, nlookup); });
   if (!st.ok()) spdlog::error("forget of inode {}: {}", ino, st.ToString());
   fuse_reply_none(req);
 }
@@ -55,7 +55,7 @@ void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
 void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
   SessionState& s = StateOf(req);
   for (size_t i = 0; i < count; ++i) {
-    Status st = NoThrowVoid([&] { s.fs.Forget(forgets[i].ino, forgets[i].nlookup); });
+    Status st = NoThrowVoid([&] { s.fs->Forget(forgets[i].ino, forgets[i].nlookup); });
     if (!st.ok()) spdlog::error("forget of inode {}: {}", forgets[i].ino, st.ToString());
   }
   fuse_reply_none(req);
@@ -63,7 +63,7 @@ void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
   SessionState& s = StateOf(req);
-  Result<fs::Attr> r = NoThrow([&] { return s.fs.GetAttr(ino); });
+  Result<fs::Attr> r = NoThrow([&] { return s.fs->GetAttr(ino); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "getattr");
     return;
@@ -93,7 +93,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   // fchmod/futimens on a directory fd also arrive with `fi`, carrying a
   // directory handle that must not be taken for a file handle.
   uint64_t fh = (fi != nullptr && (to_set & FUSE_SET_ATTR_SIZE)) ? fi->fh : 0;
-  Result<fs::Attr> r = NoThrow([&] { return s.fs.SetAttr(ino, q, fh); });
+  Result<fs::Attr> r = NoThrow([&] { return s.fs->SetAttr(ino, q, fh); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "setattr");
     return;
@@ -105,7 +105,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
 void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   SessionState& s = StateOf(req);
   fs::Caller caller = CallerOf(req);
-  Result<fs::Attr> r = NoThrow([&] { return s.fs.MkDir(parent, name, mode & 07777, caller); });
+  Result<fs::Attr> r = NoThrow([&] { return s.fs->MkDir(parent, name, mode & 07777, caller); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "mkdir");
     return;
@@ -124,12 +124,12 @@ void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
   SessionState& s = StateOf(req);
   fs::Caller caller = CallerOf(req);
   Result<fs::FileSystem::Created> r = NoThrow(
-      [&] { return s.fs.Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL, caller); });
+      [&] { return s.fs->Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL, caller); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "mknod");
     return;
   }
-  Status rel = NoThrowVoid([&] { s.fs.Release(r->fh); });
+  Status rel = NoThrowVoid([&] { s.fs->Release(r->fh); });
   if (!rel.ok()) spdlog::error("mknod: release of handle {}: {}", r->fh, rel.ToString());
   fuse_entry_param e = EntryParam(r->attr, s.timeouts);
   fuse_reply_entry(req, &e);
@@ -137,18 +137,18 @@ void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
 
 void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs.RmDir(parent, name); }), "rmdir");
+  ReplyStatus(req, NoThrow([&] { return s.fs->RmDir(parent, name); }), "rmdir");
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs.Unlink(parent, name); }), "unlink");
+  ReplyStatus(req, NoThrow([&] { return s.fs->Unlink(parent, name); }), "unlink");
 }
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
             const char* newname, unsigned int flags) {
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs.Rename(parent, name, newparent, newname, flags); }),
+  ReplyStatus(req, NoThrow([&] { return s.fs->Rename(parent, name, newparent, newname, flags); }),
               "rename");
 }
 

@@ -35,7 +35,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   SessionState& s = StateOf(req);
   fs::Caller caller = CallerOf(req);
   Result<fs::FileSystem::Created> r =
-      NoThrow([&] { return s.fs.Create(parent, name, mode, fi->flags, caller); });
+      NoThrow([&] { return s.fs->Create(parent, name, mode, fi->flags, caller); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "create");
     return;
@@ -46,8 +46,8 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     // The open(2) was interrupted: the kernel will never use or release this
     // handle, nor count the lookup reference. The file itself stays created.
     Status st = NoThrowVoid([&] {
-      s.fs.Release(r->fh);
-      s.fs.Forget(r->attr.ino, 1);
+      s.fs->Release(r->fh);
+      s.fs->Forget(r->attr.ino, 1);
     });
     if (!st.ok()) spdlog::error("create: undoing an interrupted open: {}", st.ToString());
   }
@@ -55,7 +55,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
-  Result<uint64_t> r = NoThrow([&] { return s.fs.Open(ino, fi->flags); });
+  Result<uint64_t> r = NoThrow([&] { return s.fs->Open(ino, fi->flags); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "open");
     return;
@@ -63,7 +63,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   SetOpenFlags(fi, *r);
   if (fuse_reply_open(req, fi) == -ENOENT) {
     // Interrupted open(2): no release will come for this handle.
-    Status st = NoThrowVoid([&] { s.fs.Release(*r); });
+    Status st = NoThrowVoid([&] { s.fs->Release(*r); });
     if (!st.ok()) spdlog::error("open: undoing an interrupted open: {}", st.ToString());
   }
 }
@@ -74,16 +74,21 @@ void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_
   // back to the kernel for the next request instead of waiting on the device.
   std::shared_ptr<AsyncReply> reply;
   try {
-    reply = AsyncReply::Start(req, "read");
-    s.fs.Read(fi->fh, static_cast<uint64_t>(off), size,
-              [reply](Status st, std::span<const char> data) {
-                if (!reply->Claim()) return;
-                if (!st.ok()) {
-                  ReplyStatus(reply->req(), st, "read");
-                } else {
-                  fuse_reply_buf(reply->req(), data.data(), data.size());
-                }
-              });
+    reply = AsyncReply::Start(req, "read", /*cancellable=*/true);
+    s.fs->Read(
+        fi->fh, static_cast<uint64_t>(off), size,
+        [reply](Status st, std::span<const char> data) {
+          if (!reply->Claim()) return;
+          if (st.code() == ECANCELED) {
+            // Interrupted: the kernel expects EINTR for a request it gave up.
+            fuse_reply_err(reply->req(), EINTR);
+          } else if (!st.ok()) {
+            ReplyStatus(reply->req(), st, "read");
+          } else {
+            fuse_reply_buf(reply->req(), data.data(), data.size());
+          }
+        },
+        reply->cancel_flag());
   } catch (const std::bad_alloc&) {
     if (!reply || reply->Claim()) fuse_reply_err(req, ENOMEM);
   }
@@ -93,7 +98,7 @@ void Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off
            fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   Result<size_t> r = NoThrow([&] {
-    return s.fs.Write(fi->fh, static_cast<uint64_t>(off), std::span<const char>(buf, size));
+    return s.fs->Write(fi->fh, static_cast<uint64_t>(off), std::span<const char>(buf, size));
   });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "write");
@@ -104,12 +109,12 @@ void Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off
 
 void Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs.Flush(fi->fh); }), "flush");
+  ReplyStatus(req, NoThrow([&] { return s.fs->Flush(fi->fh); }), "flush");
 }
 
 void Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
-  Status st = NoThrowVoid([&] { s.fs.Release(fi->fh); });
+  Status st = NoThrowVoid([&] { s.fs->Release(fi->fh); });
   if (!st.ok()) spdlog::error("release of handle {}: {}", fi->fh, st.ToString());
   fuse_reply_err(req, 0);  // the kernel ignores release errors
 }
@@ -119,7 +124,7 @@ void Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi)
   std::shared_ptr<AsyncReply> reply;
   try {
     reply = AsyncReply::Start(req, "fsync");
-    s.fs.Fsync(fi->fh, datasync != 0, [reply](Status st) {
+    s.fs->Fsync(fi->fh, datasync != 0, [reply](Status st) {
       if (reply->Claim()) ReplyStatus(reply->req(), st, "fsync");
     });
   } catch (const std::bad_alloc&) {
@@ -135,7 +140,7 @@ void Fallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t
     return;
   }
   ReplyStatus(req, NoThrow([&] {
-                return s.fs.Fallocate(fi->fh, mode, static_cast<uint64_t>(offset),
+                return s.fs->Fallocate(fi->fh, mode, static_cast<uint64_t>(offset),
                                       static_cast<uint64_t>(length));
               }),
               "fallocate");

@@ -110,14 +110,22 @@ void PendingReplies::WaitNone() {
 
 // --- AsyncReply
 
-std::shared_ptr<AsyncReply> AsyncReply::Start(fuse_req_t req, const char* op) {
-  PendingReplies& pending = StateOf(req).pending;
-  std::shared_ptr<AsyncReply> r(new AsyncReply(req, op, pending));
+std::shared_ptr<AsyncReply> AsyncReply::Start(fuse_req_t req, const char* op, bool cancellable) {
+  SessionState& state = StateOf(req);
+  std::shared_ptr<AsyncReply> r(new AsyncReply(req, op, state));
+  if (cancellable) r->cancel_ = std::make_shared<std::atomic<bool>>(false);
   // Armed only after every allocation succeeded: if one threw, the request
   // is still the handler's to answer (ENOMEM) and nothing was counted.
-  pending.Add();
+  state.pending.Add();
   r->armed_ = true;
+  if (r->cancel_) state.interrupts.Watch(req, r->cancel_);
   return r;
+}
+
+bool AsyncReply::Claim() {
+  if (claimed_.exchange(true, std::memory_order_acq_rel)) return false;
+  if (cancel_) state_.interrupts.Forget(req_);
+  return true;
 }
 
 AsyncReply::~AsyncReply() {
@@ -127,7 +135,32 @@ AsyncReply::~AsyncReply() {
                   op_);
     fuse_reply_err(req_, EIO);
   }
-  pending_.Done();
+  state_.pending.Done();
+}
+
+// --- Interrupts
+
+void Interrupts::Watch(fuse_req_t req, std::shared_ptr<std::atomic<bool>> flag) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    flags_[req] = std::move(flag);
+  }
+  // Runs OnInterrupt at once if the interrupt came first; so not under mu_.
+  fuse_req_interrupt_func(req, &Interrupts::OnInterrupt, this);
+}
+
+void Interrupts::Forget(fuse_req_t req) {
+  std::lock_guard<std::mutex> l(mu_);
+  flags_.erase(req);
+}
+
+void Interrupts::OnInterrupt(fuse_req_t req, void* self) {
+  // libfuse holds a reference to `req` during this call, so its address is
+  // not reused by another request meanwhile.
+  auto* in = static_cast<Interrupts*>(self);
+  std::lock_guard<std::mutex> l(in->mu_);
+  auto it = in->flags_.find(req);
+  if (it != in->flags_.end()) it->second->store(true, std::memory_order_relaxed);
 }
 
 }  // namespace kvfs::fuse

@@ -63,22 +63,27 @@ Status NoThrowVoid(F&& f) noexcept {
 class AsyncReply {
  public:
   // May throw std::bad_alloc (before anything is owed by anyone else).
-  static std::shared_ptr<AsyncReply> Start(fuse_req_t req, const char* op);
+  // With `cancellable`, an interrupt of the request sets cancel_flag().
+  static std::shared_ptr<AsyncReply> Start(fuse_req_t req, const char* op,
+                                           bool cancellable = false);
   ~AsyncReply();
   AsyncReply(const AsyncReply&) = delete;
   AsyncReply& operator=(const AsyncReply&) = delete;
 
   // True exactly once: the caller must then reply to req().
-  bool Claim() { return !claimed_.exchange(true, std::memory_order_acq_rel); }
+  bool Claim();
   fuse_req_t req() const { return req_; }
   const char* op() const { return op_; }
+  // Set when the kernel interrupts the request (null unless cancellable).
+  const std::shared_ptr<std::atomic<bool>>& cancel_flag() const { return cancel_; }
 
  private:
-  AsyncReply(fuse_req_t req, const char* op, PendingReplies& pending)
-      : req_(req), op_(op), pending_(pending) {}
+  AsyncReply(fuse_req_t req, const char* op, SessionState& state)
+      : req_(req), op_(op), state_(state) {}
   const fuse_req_t req_;
   const char* const op_;
-  PendingReplies& pending_;
+  SessionState& state_;
+  std::shared_ptr<std::atomic<bool>> cancel_;
   std::atomic<bool> claimed_{false};
   bool armed_ = false;  // set once by Start(), before the object is shared
 };

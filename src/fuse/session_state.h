@@ -3,14 +3,17 @@
 // by fs/ callbacks. Handlers reach it through fuse_req_userdata().
 //
 // Thread safety: the FileSystem and PendingReplies are safe from any thread;
-// `timeouts` is fixed before the session starts.
+// `fs` and `timeouts` are fixed before the mount.
 #pragma once
 
 #include <fuse_lowlevel.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "fs/file_system.h"
 
@@ -41,11 +44,32 @@ class PendingReplies {
   uint64_t count_ = 0;  // GUARDED_BY(mu_)
 };
 
+// Cancellation of requests the kernel interrupts (the caller gave up, e.g.
+// killed). A request registers the flag fs/ watches; libfuse's interrupt
+// callback sets it. The flags live here, keyed by request, rather than in
+// the callback's data pointer: libfuse may run that callback while the
+// request is being replied to, after its own state would be gone.
+class Interrupts {
+ public:
+  // Watches `req` for an interrupt (at once if one already came).
+  void Watch(fuse_req_t req, std::shared_ptr<std::atomic<bool>> flag);
+  // Stops watching; call before replying to `req`.
+  void Forget(fuse_req_t req);
+
+ private:
+  static void OnInterrupt(fuse_req_t req, void* self);
+  std::mutex mu_;
+  std::unordered_map<fuse_req_t, std::shared_ptr<std::atomic<bool>>> flags_;  // GUARDED_BY(mu_)
+};
+
 struct SessionState {
-  SessionState(fs::FileSystem& f, const CacheTimeouts& t) : fs(f), timeouts(t) {}
-  fs::FileSystem& fs;
+  explicit SessionState(const CacheTimeouts& t) : timeouts(t) {}
+  // Set before the mount, so before any request arrives; never changes
+  // afterwards.
+  fs::FileSystem* fs = nullptr;
   const CacheTimeouts timeouts;
   PendingReplies pending;
+  Interrupts interrupts;
 };
 
 inline SessionState& StateOf(fuse_req_t req) {

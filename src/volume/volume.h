@@ -69,6 +69,8 @@ class Volume {
   // The engine's registered staging pool (bounded dirty memory).
   device::BufferPool& buffers() { return engine_->buffers(); }
   const std::vector<device::Superblock>& superblocks() const { return superblocks_; }
+  // The engine's options with the ring count resolved.
+  const device::IoEngineOptions& engine_options() const { return engine_->options(); }
   const std::vector<std::unique_ptr<device::BlockDevice>>& devices() const { return devices_; }
   bool read_only() const { return read_only_; }
   // Number of orphans reclaimed by Open().

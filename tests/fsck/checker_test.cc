@@ -386,6 +386,7 @@ TEST(FsckMultiDeviceTest, TwoDeviceVolumeIsCheckedAndAMissingDeviceRefused) {
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     fs::FileSystemOptions fso;
     fso.cache_bytes = 8 << 20;
+    fso.prefetch = fs::PrefetchMode::kOff;
     auto f = fs::FileSystem::Create(**v, fso);
     ASSERT_TRUE(f.ok());
     // Enough data that both devices hold some (the fuller one gets less).

@@ -1,14 +1,13 @@
 """Each connector's exact call sequence against a real kvfs mount, byte-exact
 on load. The sequences follow the connectors' file backends: the calls, their
 flags and their order are what matters, not the connector code itself."""
-import errno
 import hashlib
 import os
-import threading
+import time
 
 import pytest
 
-from kvio import (BLOCK, MiB, SIZES, AlignedBuffer, align_up, direct_read_all,
+from kvio import (BLOCK, MiB, SIZES, align_up, direct_read_all,
                   direct_write_all, payload, read_file)
 
 KEYS = 3  # keys per size and connector: enough for a store/lookup/load loop
@@ -287,7 +286,6 @@ def test_dynamo_slab_unlinked_while_open(vol, how):
 
 
 def wait_for(cond, what, timeout=10.0):
-    import time
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:

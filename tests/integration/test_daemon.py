@@ -4,9 +4,7 @@ import os
 import subprocess
 import time
 
-import pytest
-
-from conftest import FUSERMOUNT, MiB, mkfs, mounted_fstype, run_kvfs
+from conftest import FUSERMOUNT, MiB, mounted_fstype, run_kvfs
 
 
 def one_line(stderr):
@@ -87,6 +85,14 @@ def test_bad_option_values(make_volume):
     r = run_kvfs("-f", "-o", "log_level=loud", v.image, v.mnt)
     assert r.returncode != 0
     assert "log_level" in one_line(r.stderr)
+    r = run_kvfs("-f", "-o", "prefetch=always", v.image, v.mnt)
+    assert r.returncode != 0
+    assert "prefetch" in one_line(r.stderr)
+    # Options for libfuse are checked before the volume is opened.
+    r = run_kvfs("-f", "-o", "no_such_option", v.image, v.mnt)
+    assert r.returncode != 0
+    assert "no_such_option" in one_line(r.stderr)
+    assert mounted_fstype(v.mnt) is None
     r = run_kvfs("-f", v.image)  # no mountpoint
     assert r.returncode != 0 and "usage" in r.stderr
 

@@ -180,6 +180,12 @@ class CountingIo : public BlockIo {
 class GateIo : public BlockIo {
  public:
   explicit GateIo(BlockIo& inner) : inner_(inner) {}
+  // Waits until every request that came through has finished its `done`
+  // (the wrapper below still touches the gate after the scheduler's `done`).
+  ~GateIo() override {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return completed_ == arrivals_.size(); });
+  }
 
   void Submit(std::span<IoRequest> reqs) override {
     std::vector<IoRequest> pass;
@@ -240,10 +246,9 @@ class GateIo : public BlockIo {
   void Wrap(IoRequest& r) {  // REQUIRES: mu_ held
     r.done = [this, done = std::move(r.done)](Status st) {
       done(std::move(st));
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        completed_++;
-      }
+      // Notified under mu_: the destructor cannot finish before this does.
+      std::lock_guard<std::mutex> l(mu_);
+      completed_++;
       cv_.notify_all();
     };
   }
