@@ -95,21 +95,35 @@ bool PrepareImage(const std::string& path, uint64_t bytes) {
 // `seconds`. Returns MB/s (10^6 bytes per second).
 class EngineRun {
  public:
-  EngineRun(IoEngine& engine, IoOp op, size_t bs, unsigned qd, uint64_t file_bytes)
-      : engine_(engine), op_(op), bs_(bs), qd_(qd), blocks_(file_bytes / bs) {}
+  EngineRun(IoEngine& engine, IoOp op, size_t bs, unsigned qd, uint64_t file_bytes,
+            bool heap_buffers)
+      : engine_(engine),
+        op_(op),
+        bs_(bs),
+        qd_(qd),
+        blocks_(file_bytes / bs),
+        heap_buffers_(heap_buffers) {}
 
   std::optional<double> Run(double seconds) {
-    // Every in-flight slot owns a registered buffer, so the fixed path is
-    // used, as the engine's callers above device/ do.
+    // Every in-flight slot owns a buffer: by default a slot of the
+    // registered staging pool (fixed path, huge pages), as the engine's
+    // callers above device/ use it; with --heap-buffers plain memory, as fio
+    // has.
     slots_.clear();
     for (unsigned i = 0; i < qd_; ++i) {
       Slot s;
-      s.buf = engine_.buffers().Acquire();
+      if (heap_buffers_) {
+        s.heap.reset(static_cast<char*>(std::aligned_alloc(kvfs::kBlockSize, bs_)));
+        s.data = s.heap.get();
+      } else {
+        s.buf = engine_.buffers().Acquire();
+        s.data = s.buf.data();
+      }
       s.rng = 0x9E3779B97F4A7C15ULL * (i + 1) +
               static_cast<uint64_t>(Clock::now().time_since_epoch().count());
       for (size_t k = 0; k < bs_; k += 8) {
         uint64_t v = s.rng * (k + 1);
-        std::memcpy(s.buf.data() + k, &v, 8);
+        std::memcpy(s.data + k, &v, 8);
       }
       slots_.push_back(std::move(s));
     }
@@ -137,8 +151,13 @@ class EngineRun {
   }
 
  private:
+  struct FreeDeleter {
+    void operator()(char* p) const { std::free(p); }
+  };
   struct Slot {
     PoolBuffer buf;
+    std::unique_ptr<char, FreeDeleter> heap;
+    char* data = nullptr;
     uint64_t rng = 0;
   };
 
@@ -151,7 +170,7 @@ class EngineRun {
     req.op = op_;
     req.device = 0;
     req.byte_off = (s.rng % blocks_) * bs_;
-    req.buf = s.buf.data();
+    req.buf = s.data;
     req.len = bs_;
     req.done = [this, slot](Status st) { Done(slot, std::move(st)); };
     return req;
@@ -178,6 +197,7 @@ class EngineRun {
   const size_t bs_;
   const unsigned qd_;
   const uint64_t blocks_;
+  const bool heap_buffers_;
   std::vector<Slot> slots_;
   Clock::time_point deadline_;
   std::atomic<uint64_t> bytes_{0};
@@ -249,6 +269,7 @@ int main(int argc, char** argv) {
   unsigned rounds = 4;
   unsigned rings = 0;
   bool no_fio = false;
+  bool heap_buffers = false;
   std::string fio_extra;
   std::vector<unsigned> qds = {1, 4, 16, 32};
   std::vector<size_t> sizes = {128 << 10, 1 << 20};
@@ -263,6 +284,8 @@ int main(int argc, char** argv) {
   app.add_option("--bs", sizes, "command sizes in bytes (multiples of 4096)");
   app.add_option("--ops", ops, "read and/or write")->check(CLI::IsMember({"read", "write"}));
   app.add_flag("--no-fio", no_fio, "engine only");
+  app.add_flag("--heap-buffers", heap_buffers,
+               "engine uses plain heap buffers instead of its registered staging pool");
   app.add_option("--fio-extra", fio_extra, "extra arguments for fio");
   CLI11_PARSE(app, argc, argv);
 
@@ -294,9 +317,10 @@ int main(int argc, char** argv) {
   }
   bool fio = !no_fio && OnPath("fio");
   std::printf(
-      "engine: %u rings, queue depth %u per ring; fio: %s; %.1f s per point and side "
-      "in %u alternating slices\n\n",
-      (*engine)->options().rings, opt.queue_depth, fio ? "yes" : "not run", seconds, rounds);
+      "engine: %u rings, queue depth %u per ring, %s buffers; fio: %s; %.1f s per point "
+      "and side in %u alternating slices\n\n",
+      (*engine)->options().rings, opt.queue_depth, heap_buffers ? "heap" : "registered pool",
+      fio ? "yes" : "not run", seconds, rounds);
   std::printf("%-6s %5s %4s %13s %13s %7s\n", "op", "bs", "qd", "engine MB/s", "fio MB/s",
               "ratio");
   std::fflush(stdout);
@@ -317,7 +341,7 @@ int main(int argc, char** argv) {
         for (unsigned round = 0; round < rounds; ++round) {
           auto engine_run = [&] {
             if (!e_ok) return;
-            auto r = EngineRun(**engine, op, bs, qd, file_bytes).Run(slice);
+            auto r = EngineRun(**engine, op, bs, qd, file_bytes, heap_buffers).Run(slice);
             e_ok = r.has_value();
             e_sum += r.value_or(0);
           };

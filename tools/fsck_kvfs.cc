@@ -28,6 +28,12 @@ using kvfs::fsck::kExitUsage;
 int main(int argc, char** argv) {
   CLI::App app{"Check and repair a kvfs volume (devices or image files and its index)."};
   app.name("fsck.kvfs");
+  app.footer(
+      "Without -n or -y, fsck.kvfs checks only (like -n) and never asks: -y is required to "
+      "repair.\nExit status (OR-ed): 0 clean, 1 errors corrected, 4 errors left uncorrected "
+      "(also: a damaged superblock), 8 operational error (a device or the index cannot be "
+      "opened, devices missing, index missing or foreign, volume mounted while repairing), "
+      "16 usage error.");
   bool check_only = false, repair = false, json = false;
   kvfs::fsck::CheckOptions opt;
   auto* n = app.add_flag("-n,--no-repair", check_only,
@@ -68,7 +74,8 @@ int main(int argc, char** argv) {
   kvfs::fsck::Report r = kvfs::fsck::Check(opt);
   const int rc = r.ExitCode();
 
-  if (!r.error.ok()) std::fprintf(stderr, "fsck.kvfs: cannot check: %s\n", r.error.ToString().c_str());
+  if (!r.error.ok())
+    std::fprintf(stderr, "fsck.kvfs: cannot check: %s\n", r.error.ToString().c_str());
   if (json) {
     std::printf("%s\n", r.ToJson().c_str());
     return rc;
@@ -82,8 +89,9 @@ int main(int argc, char** argv) {
     bool fixable = false;
     for (const auto& f : r.findings) fixable |= f.repairable() && !f.repaired;
     if (fixable && !r.mounted) std::printf("fsck.kvfs: run with -y to repair\n");
-    if (fixable && r.mounted) std::printf("fsck.kvfs: unmount the volume and run with -y to repair\n");
+    if (fixable && r.mounted)
+      std::printf("fsck.kvfs: unmount the volume and run with -y to repair\n");
   }
-  (void)check_only;  // the default: -n only makes it explicit (and excludes -y)
+  (void)check_only;  // checking only is the default; -n makes it explicit and excludes -y
   return rc;
 }

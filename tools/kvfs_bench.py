@@ -44,6 +44,7 @@ Needs root (mounts, loop devices, drop_caches) and /dev/fuse.
   kvfs-bench --kvfs-mount /mnt/kvfs --ext4-mount /mnt/nvme-ext4
 """
 import argparse
+import contextlib
 import ctypes
 import datetime
 import fcntl
@@ -101,6 +102,38 @@ class Interrupted(BaseException):
     def __init__(self, signum):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+class SignalGate:
+    """Turns SIGINT/SIGTERM/SIGHUP into Interrupted in the main thread,
+    except inside critical(): there a signal waits until the section ends.
+    A section spawns a child and records it, so that teardown always knows
+    every child it must end."""
+
+    def __init__(self):
+        self.depth = 0
+        self.pending = None
+
+    def handler(self, signum, frame):  # noqa: ARG002 -- signal handler signature
+        if self.depth:
+            if self.pending is None:
+                self.pending = signum
+            return
+        raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def critical(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0 and self.pending is not None:
+                signum, self.pending = self.pending, None
+                raise Interrupted(signum)
+
+
+GATE = SignalGate()
 
 
 # ---------------------------------------------------------------- helpers
@@ -516,6 +549,7 @@ class KvfsTarget(Target):
         self.log_path = os.path.join(bench.dir, "kvfs.log")
         self.warned_warm = False
         self.cold_method = None
+        self.unmounting = False  # fusermount3 -u sent to the current daemon
 
     def format(self, size):
         cmd = [self.bench.mkfs_bin, "-f", "-q"]
@@ -535,8 +569,10 @@ class KvfsTarget(Target):
         cmd += [self.image, self.mnt]
         log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            with GATE.critical():
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+                self.unmounting = False
         finally:
             log.close()
         deadline = time.monotonic() + 60
@@ -557,27 +593,40 @@ class KvfsTarget(Target):
         except OSError:
             return "(no log)"
 
-    def stop(self, lazy_ok=False):
+    def stop(self, teardown=False):
         """Unmounts and waits for the daemon (it writes out staged data
-        first); a non-zero exit is an error."""
+        first); a non-zero exit is an error. With `teardown`, also ends a
+        daemon interrupted while mounting, and unmounts lazily if busy."""
+        alive = self.proc is not None and self.proc.poll() is None
+        if teardown and alive and not self.unmounting and fstype_at(self.mnt) != "fuse.kvfs":
+            # Interrupted while the daemon was starting: it may mount any
+            # moment. Let it, and unmount; or end it (SIGTERM: clean exit).
+            deadline = time.monotonic() + 10
+            while (fstype_at(self.mnt) != "fuse.kvfs" and self.proc.poll() is None
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
+            if fstype_at(self.mnt) != "fuse.kvfs" and self.proc.poll() is None:
+                self.proc.terminate()
         if fstype_at(self.mnt) == "fuse.kvfs":
+            self.unmounting = True
             for attempt in range(20):
                 r = run(["fusermount3", "-u", self.mnt], check=False)
                 if r.returncode == 0 or fstype_at(self.mnt) != "fuse.kvfs":
                     break
                 time.sleep(0.25)
             else:
-                if not lazy_ok:
+                if not teardown:
                     raise BenchError(f"fusermount3 -u {self.mnt}: {r.stderr.strip()}")
                 run(["fusermount3", "-u", "-z", self.mnt], check=False)
         if self.proc is not None:
-            proc, self.proc = self.proc, None
             try:
-                rc = proc.wait(timeout=600)
+                rc = self.proc.wait(timeout=600)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                self.proc.kill()
+                self.proc.wait()
+                self.proc = None
                 raise BenchError(f"kvfs did not exit within 600 s of the unmount: {self.log_tail()}")
+            self.proc = None
             if rc != 0:
                 raise BenchError(f"kvfs exited with {rc} after the unmount: {self.log_tail()}")
 
@@ -605,7 +654,7 @@ class KvfsTarget(Target):
     def teardown(self, keep):
         if self.managed:
             try:
-                self.stop(lazy_ok=True)
+                self.stop(teardown=True)
             finally:
                 if self.proc is not None and self.proc.poll() is None:
                     self.proc.kill()
@@ -1061,22 +1110,26 @@ class Bench:
         # Offsets from the parent's counter: later keys never reuse them.
         offs = [self.pattern.next_offset() for _ in range(count)]
         r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.close(r)
-                self._burst_writer(d, offs, size, w)
-                code = 0
-            except BaseException as e:  # noqa: B036 -- the child reports and exits
+        with GATE.critical():
+            pid = os.fork()
+            if pid == 0:
+                # The child never leaves this section (nor returns into the
+                # parent's stack): its signals stay deferred until it resets
+                # them, and it ends in os._exit.
+                code = 1
                 try:
-                    os.write(2, f"kvfs-bench: burst writer: {e}\n".encode())
-                except OSError:
-                    pass
-            finally:
-                os._exit(code)
+                    os.close(r)
+                    self._burst_writer(d, offs, size, w)
+                    code = 0
+                except BaseException as e:  # noqa: B036 -- the child reports and exits
+                    try:
+                        os.write(2, f"kvfs-bench: burst writer: {e}\n".encode())
+                    except OSError:
+                        pass
+                finally:
+                    os._exit(code)
+            self.burst_pid = pid
         os.close(w)
-        self.burst_pid = pid
         return r
 
     def _load_restore(self, t, keys, buf, offs, size):
@@ -1594,15 +1647,12 @@ def main(argv=None):
 
     bench = Bench(a, cfg)
 
-    def on_signal(signum, frame):
-        raise Interrupted(signum)
-
     def during_cleanup(signum, frame):
         sys.stderr.write("\nkvfs-bench: cleaning up, please wait\n")
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     for s in handled:
-        signal.signal(s, on_signal)
+        signal.signal(s, GATE.handler)
 
     started = datetime.datetime.now(datetime.timezone.utc)
     outcome, code = "ok", 0

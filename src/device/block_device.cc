@@ -86,14 +86,8 @@ Result<std::unique_ptr<BlockDevice>> BlockDevice::Open(const std::string& path, 
 }
 
 BlockDevice::~BlockDevice() {
-  if (fd_ >= 0) {
-    // Unlock explicitly: an io_uring ring that registered this file keeps
-    // the open file description (and so the flock) alive until the kernel's
-    // asynchronous ring teardown finishes, which would make an immediate
-    // remount fail with EBUSY.
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // drops the volume lock
+  if (fd_ >= 0) ::close(fd_);
 }
 
 namespace {
@@ -112,8 +106,16 @@ Status Lock(int fd, const std::string& path, int op) {
 
 }  // namespace
 
-Status BlockDevice::LockExclusive() { return Lock(fd_, path_, LOCK_EX); }
-Status BlockDevice::LockShared() { return Lock(fd_, path_, LOCK_SH); }
+Status BlockDevice::LockExclusive() {
+  if (lock_fd_ < 0) lock_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd_ < 0) return PosixError(path_, "open for locking", errno);
+  return Lock(lock_fd_, path_, LOCK_EX);
+}
+Status BlockDevice::LockShared() {
+  if (lock_fd_ < 0) lock_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd_ < 0) return PosixError(path_, "open for locking", errno);
+  return Lock(lock_fd_, path_, LOCK_SH);
+}
 
 Status BlockDevice::ReadAt(uint64_t byte_off, void* buf, size_t len) const {
   if (!Aligned(byte_off) || !Aligned(len) || !Aligned(reinterpret_cast<uintptr_t>(buf))) {

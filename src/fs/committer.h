@@ -43,6 +43,14 @@ struct Change {
   std::vector<std::shared_ptr<InodeState>> inodes;
   // Inodes whose record (and, once committed, data) this change removes.
   std::vector<std::shared_ptr<InodeState>> deletes;
+  // Entry-count and link-count changes this change makes, applied to the
+  // inodes' durable values when it is built (in queue order).
+  struct Delta {
+    std::shared_ptr<InodeState> inode;
+    int64_t size = 0;
+    int32_t nlink = 0;
+  };
+  std::vector<Delta> deltas;
   std::vector<uint64_t> orphan_puts;
   std::vector<uint64_t> orphan_deletes;
   bool sync = false;

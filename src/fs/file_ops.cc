@@ -64,6 +64,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
     rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
     rec.generation = 1;
     file = std::make_shared<InodeState>(rec, next_token_++);
+    file->durable_nlink = rec.nlink;
     {
       std::lock_guard<std::mutex> l(p->mu);
       if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
@@ -79,6 +80,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
     auto c = NewChange();
     c->entry_ops.push_back({parent, std::string(name), rec.ino});
     c->inodes = {file, p};
+    c->deltas.push_back({p, +1, 0});
     SetPendingEntry(parent, name, rec.ino);
     Enqueue(c);
   }

@@ -75,6 +75,7 @@ Result<InodeRef> FileSystem::Impl::GetInode(uint64_t ino) {
   KVFS_ASSIGN_OR_RETURN(index::Inode rec, volume_.index().GetInode(ino));
   auto state = std::make_shared<InodeState>(rec, next_token_++);
   state->durable_size = rec.size;
+  state->durable_nlink = rec.nlink;
   for (const index::FileExtent& fe : rec.extents) {
     uint64_t ci = fe.file_off / kChunkBytes;
     if (fe.file_off + fe.ext.len > (ci + 1) * kChunkBytes) {
@@ -136,6 +137,8 @@ std::shared_ptr<Change> FileSystem::Impl::QueueDataChange(const InodeRef& inode,
 static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
   index::Inode r = x.rec;
   r.extents.clear();
+  r.nlink = x.durable_nlink;
+  if (x.is_dir()) r.size = x.durable_size;
   if (x.is_reg()) {
     uint64_t size = x.rec.size;
     const uint64_t durable = x.durable_size;
@@ -161,6 +164,11 @@ static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
 }
 
 void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
+  for (const Change::Delta& d : c.deltas) {
+    std::lock_guard<std::mutex> l(d.inode->mu);
+    d.inode->durable_size = static_cast<uint64_t>(static_cast<int64_t>(d.inode->durable_size) + d.size);
+    d.inode->durable_nlink = static_cast<uint32_t>(static_cast<int32_t>(d.inode->durable_nlink) + d.nlink);
+  }
   for (const EntryOp& op : c.entry_ops) {
     if (op.child) {
       batch.PutEntry(op.parent, op.name, op.child);
@@ -229,6 +237,7 @@ void FileSystem::Impl::ChangeCommitted(Change& c, Status st) {
   }
   c.inodes.clear();
   c.deletes.clear();
+  c.deltas.clear();
 }
 
 void FileSystem::Impl::FreeNow(const std::vector<Extent>& extents) {

@@ -63,7 +63,12 @@ struct InodeState {
   // Live metadata. rec.extents is unused: chunks hold the data.
   index::Inode rec;                                     // GUARDED_BY(mu)
   std::map<uint64_t, ChunkState> chunks;                // by chunk index; GUARDED_BY(mu)
-  uint64_t durable_size = 0;   // size in the last captured record; GUARDED_BY(mu)
+  // What the index has (or is about to have, in queue order): a file's size
+  // in the last captured record, a directory's entry count; the link count.
+  // Captures use these, not the live values, so a record is never ahead of
+  // the entry changes committed with it. GUARDED_BY(mu)
+  uint64_t durable_size = 0;
+  uint32_t durable_nlink = 0;
   std::vector<Extent> free_pending;  // replaced; freed after the next capture commits
   std::vector<Extent> free_after_reads;  // committed-free, waiting for readers
   int inflight_writes = 0;                              // GUARDED_BY(mu)

@@ -138,6 +138,7 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
   rec.generation = 1;
   rec.parent = parent;
   auto dir = std::make_shared<InodeState>(rec, next_token_++);
+  dir->durable_nlink = rec.nlink;
   {
     std::lock_guard<std::mutex> l(p->mu);
     if (p->deleted) return Status::Error(ENOENT, "mkdir in a removed directory");
@@ -153,6 +154,7 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), rec.ino});
   c->inodes = {dir, p};
+  c->deltas.push_back({p, +1, +1});
   SetPendingEntry(parent, name, rec.ino);
   Enqueue(c);
   return ToAttr(rec);
@@ -185,6 +187,7 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
   c->entry_ops.push_back({parent, std::string(name), 0});
   c->inodes = {p};
   c->deletes = {d};
+  c->deltas.push_back({p, -1, -1});
   SetPendingEntry(parent, name, 0);
   Enqueue(c);
   return Status::OK();
@@ -194,6 +197,7 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
 // change: orphan if still open, deleted otherwise. REQUIRES: ns_mu_ held.
 static void DropLink(InodeState& v, const InodeRef& ref, Change& c, bool open, int64_t now) {
   std::lock_guard<std::mutex> l(v.mu);
+  c.deltas.push_back({ref, 0, -static_cast<int32_t>(v.rec.nlink)});
   v.rec.nlink = 0;
   v.rec.ctime_ns = now;
   if (open) {
@@ -229,6 +233,7 @@ Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name) {
     p->rec.mtime_ns = p->rec.ctime_ns = now;
   }
   c->inodes.push_back(p);
+  c->deltas.push_back({p, -1, 0});
   SetPendingEntry(parent, name, 0);
   Enqueue(c);
   return Status::OK();
@@ -314,6 +319,9 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
     if (y && y->is_dir()) np->rec.nlink--;
     np->rec.mtime_ns = np->rec.ctime_ns = now;
   }
+  const bool moved_dir = x->is_dir() && parent != new_parent;
+  c->deltas.push_back({p, -1, moved_dir ? -1 : 0});
+  c->deltas.push_back({np, y ? 0 : +1, (moved_dir ? 1 : 0) - (y && y->is_dir() ? 1 : 0)});
   c->inodes.push_back(x);
   c->inodes.push_back(p);
   if (np != p) c->inodes.push_back(np);

@@ -101,7 +101,8 @@ Status VerifyData(const CheckOptions& o, Model& m, const OpenedVolume& v, const 
 }
 
 void CountStats(const Model& m, const ExtentMap& map, Stats* s) {
-  s->entries = m.entries.size();
+  s->entries = 0;
+  for (const EntryRec& e : m.entries) s->entries += !(e.flags & entry_flags::kAdded);
   s->directories = s->files = s->orphans = 0;
   for (const InodeRec& r : m.inodes) {
     if (r.flags & inode_flags::kCreated) continue;
@@ -154,7 +155,8 @@ Report Check(const CheckOptions& o) {
   report.index_dir = v.index_dir;
   if (v.mounted) {
     report.notes.push_back(
-        "the volume is in use (mounted): checking read-only against the index as of now; "
+        "the volume is in use (mounted, or being repaired): checking read-only against the "
+        "index as of now; "
         "orphans are files still open" +
         std::string(o.verify_data ? "; files rewritten during the check may show as damaged"
                                   : ""));

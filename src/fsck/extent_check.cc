@@ -14,6 +14,10 @@ namespace {
 
 using namespace inode_flags;  // NOLINT
 
+// Longest extent crossing chunk boundaries that repair splits (reading it
+// whole) rather than drops.
+constexpr uint64_t kMaxSplitBytes = 64 * kFsChunkBytes;
+
 std::string Range(const Extent& e) {
   return "device " + std::to_string(e.device) + " bytes [" + std::to_string(e.byte_off) + ", " +
          std::to_string(e.byte_off + e.len) + ")";
@@ -118,11 +122,20 @@ void CheckFileExtents(Model& m, const OpenedVolume& v, std::vector<Finding>* out
         split.push_back(fe);
         continue;
       }
+      if (fe.ext.len > kMaxSplitBytes) {
+        // fs/ never writes such an extent: its length is garbage, and
+        // reading it to split it could take the whole device.
+        problems.push_back(ExtentName(fe) + " is " + std::to_string(fe.ext.len) +
+                           " bytes long, more than a file chunk");
+        dropped = true;
+        continue;
+      }
       bool crc_ok = false;
       auto pieces = SplitAtChunks(fe, v, &crc_ok);
       if (!pieces.ok()) {
-        problems.push_back(ExtentName(fe) + " crosses a " + std::to_string(kFsChunkBytes) +
-                           "-byte chunk boundary and cannot be read: " + pieces.status().ToString());
+        problems.push_back(
+            ExtentName(fe) + " crosses a " + std::to_string(kFsChunkBytes) +
+            "-byte chunk boundary and cannot be read: " + pieces.status().ToString());
         dropped = true;
         continue;
       }
@@ -321,7 +334,8 @@ void ResolveSharedBlocks(Model& m, const OpenedVolume& v, const ExtentMap& map,
           }
         }
         if (!copied) {
-          if (mb.data && !mb.crc_ok) f.problem += "; its checksum does not match (the blocks hold other data)";
+          if (mb.data && !mb.crc_ok)
+            f.problem += "; its checksum does not match (the blocks hold other data)";
           list[s.slot].ext.len = 0;  // dropped below
           fixes.push_back("drop the extent (file bytes [" + std::to_string(s.file_off) + ", " +
                           std::to_string(s.file_off + ext.len) + ") read as zeros)");

@@ -209,11 +209,12 @@ std::string Model::EntryPath(const EntryRec& e) const {
 
 uint32_t Model::FindEntry(uint64_t parent, std::string_view name) const {
   auto end = entries.begin() + static_cast<std::ptrdiff_t>(sorted_entries_);
-  auto it = std::lower_bound(entries.begin(), end, std::make_pair(parent, name),
-                             [this](const EntryRec& e, const std::pair<uint64_t, std::string_view>& k) {
-                               if (e.parent != k.first) return e.parent < k.first;
-                               return Name(e) < k.second;
-                             });
+  auto it =
+      std::lower_bound(entries.begin(), end, std::make_pair(parent, name),
+                       [this](const EntryRec& e, const std::pair<uint64_t, std::string_view>& k) {
+                         if (e.parent != k.first) return e.parent < k.first;
+                         return Name(e) < k.second;
+                       });
   if (it != end && it->parent == parent && Name(*it) == name &&
       !(it->flags & entry_flags::kDeleted)) {
     return static_cast<uint32_t>(it - entries.begin());
@@ -257,8 +258,9 @@ std::vector<ExtentRec> Model::FinalExtents(uint32_t idx) const {
   auto it = new_extents_.find(idx);
   if (it != new_extents_.end()) return it->second;
   const InodeRec& r = inodes[idx];
-  return std::vector<ExtentRec>(extents.begin() + static_cast<std::ptrdiff_t>(r.ext_begin),
-                                extents.begin() + static_cast<std::ptrdiff_t>(r.ext_begin + r.ext_count));
+  return std::vector<ExtentRec>(
+      extents.begin() + static_cast<std::ptrdiff_t>(r.ext_begin),
+      extents.begin() + static_cast<std::ptrdiff_t>(r.ext_begin + r.ext_count));
 }
 
 void Model::SetExtents(uint32_t idx, std::vector<ExtentRec> list) {

@@ -281,8 +281,9 @@ class NamespaceChecker {
     for (uint32_t i = 0; i < n; ++i) {
       if (st[i] != 3 || m_.inodes[i].name != kNone) continue;
       const InodeRec r = m_.inodes[i];
-      Finding& f = Add(FindingKind::kUnreachable, r.ino, "<unlinked inode " + std::to_string(r.ino) + ">",
-                       Describe(r) + " has no name and is not an orphan", "");
+      Finding& f =
+          Add(FindingKind::kUnreachable, r.ino, "<unlinked inode " + std::to_string(r.ino) + ">",
+              Describe(r) + " has no name and is not an orphan", "");
       auto to = m_.MoveToLostFound(i);
       if (to.ok()) {
         f.fix = "link it as " + *to;

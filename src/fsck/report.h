@@ -59,7 +59,14 @@ struct Report {
   size_t errors() const;
   size_t repaired() const;
   int ExitCode() const;
-  // The report as one JSON object (see the fsck.kvfs man page for fields).
+  // The report as one JSON object:
+  //   exit_code, mode ("check" | "repair"), mounted, volume_uuid, index_dir,
+  //   devices [..], error (null | {errno, message}), notes [..],
+  //   findings [{kind, severity ("error" | "info"), ino (null | n), path,
+  //              problem, fix (null | text), repaired, line}],
+  //   errors, repaired, stats {inodes, directories, files, entries, orphans,
+  //   extents, data_bytes, verified_bytes, *_seconds}.
+  // Names that are not UTF-8 have their bad bytes replaced (U+FFFD).
   std::string ToJson() const;
   // A one-line summary for the end of the text output.
   std::string Summary() const;

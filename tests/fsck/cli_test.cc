@@ -34,7 +34,8 @@ class FsckCliTest : public FsckTest {
       return {};
     }
     const std::string out = dir_.Join("out"), err = dir_.Join("err");
-    const std::string cmd = std::string(bin) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+    const std::string cmd =
+        std::string(bin) + " " + args + " >" + out + " 2>" + err + " </dev/null";
     const int st = std::system(cmd.c_str());
     CliResult r;
     r.exit = WIFEXITED(st) ? WEXITSTATUS(st) : -1;

@@ -481,3 +481,28 @@ def test_concurrent_mixed_operations_then_remount(vol, workdir):
     verify()
     # Free space rebuilt at mount matches what the running daemon counted.
     assert os.statvfs(vol.path).f_bfree == used
+
+
+def test_interrupted_readers_leave_the_daemon_serving(vol):
+    """Readers signalled in the middle of large reads (the kernel sends
+    FUSE_INTERRUPT for each request in flight): the daemon answers them, and
+    the file still reads back whole."""
+    data = payload("interrupt", 96 * MiB)
+    write_file(vol.p("big"), data)
+    reader = (
+        "import mmap, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)\n"
+        "buf = mmap.mmap(-1, 32 << 20)\n"
+        "print('reading', flush=True)\n"
+        "while True:\n"
+        "    for off in range(0, 96 << 20, 32 << 20):\n"
+        "        os.preadv(fd, [buf], off)\n"
+    )
+    for _ in range(5):
+        p = subprocess.Popen([sys.executable, "-c", reader, vol.p("big")],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert p.stdout.readline() == b"reading\n"
+        time.sleep(0.2)
+        p.send_signal(2)  # SIGINT: not fatal, so in-flight requests are interrupted
+        assert p.wait(timeout=30) != 0
+    assert read_file(vol.p("big")) == data
