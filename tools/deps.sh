@@ -4,7 +4,7 @@ KVFS_PACKAGES=(
   build-essential pkg-config meson ninja-build
   libfuse3-dev fuse3 liburing-dev librocksdb-dev libspdlog-dev libgtest-dev
   libcli11-dev nlohmann-json3-dev libisal-dev libblkid-dev
-  python3 python3-pytest fio e2fsprogs mandoc util-linux
+  python3 python3-pytest python3-matplotlib fio e2fsprogs mandoc util-linux
 )
 
 kvfs_install_deps() {

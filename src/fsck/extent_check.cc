@@ -334,8 +334,9 @@ void ResolveSharedBlocks(Model& m, const OpenedVolume& v, const ExtentMap& map,
           }
         }
         if (!copied) {
-          if (mb.data && !mb.crc_ok)
+          if (mb.data && !mb.crc_ok) {
             f.problem += "; its checksum does not match (the blocks hold other data)";
+          }
           list[s.slot].ext.len = 0;  // dropped below
           fixes.push_back("drop the extent (file bytes [" + std::to_string(s.file_off) + ", " +
                           std::to_string(s.file_off + ext.len) + ") read as zeros)");

@@ -574,6 +574,20 @@ Status Scan(rocksdb::Iterator* it, const std::string& what, const Index::BadReco
 
 }  // namespace
 
+Status Index::WarmCache(uint64_t max_bytes) const {
+  rocksdb::ReadOptions ro = ScanReadOptions();
+  ro.fill_cache = true;
+  uint64_t read = 0;
+  for (Cf which : {kEntries, kInodes}) {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf(which)));
+    for (it->SeekToFirst(); it->Valid() && read < max_bytes; it->Next()) {
+      read += it->key().size() + it->value().size();
+    }
+    if (!it->status().ok()) return FromRocks(it->status(), "index " + dir_ + ": warming the cache");
+  }
+  return Status::OK();
+}
+
 Status Index::ForEachInode(const std::function<bool(const Inode&)>& fn,
                            const BadRecordFn& on_bad) const {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ScanReadOptions(), cf(kInodes)));

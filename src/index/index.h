@@ -116,6 +116,11 @@ class Index {
   Status ForEachOrphan(const std::function<bool(uint64_t ino)>& fn,
                        const BadRecordFn& on_bad = nullptr) const;
 
+  // Reads entries, then inodes, into the block cache until about
+  // `max_bytes` of records have been read: lookups after a mount (or after
+  // the kernel's page cache was dropped) are then served from memory.
+  Status WarmCache(uint64_t max_bytes) const;
+
   // A fresh inode number: never returned before by this Index, and never one
   // that a committed batch can have used, across reopen and crash (Commit
   // persists the counter in the same batch). A number allocated but never

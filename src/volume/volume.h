@@ -36,7 +36,7 @@ struct VolumeOptions {
   // device.
   std::string index_dir;
   device::IoEngineOptions engine;
-  size_t index_cache_bytes = 64 << 20;
+  size_t index_cache_bytes = 256 << 20;
   // Opens devices O_RDONLY, takes no lock, opens the index read-only and
   // reclaims nothing (fsck -n, also on a mounted volume).
   bool read_only = false;

@@ -138,7 +138,8 @@ class Mount:
         proc.kill()
 
     def read_log(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, errors="replace") as f:
             return f.read()
 
