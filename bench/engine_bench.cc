@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
   std::string file;
   double size_gb = 4;
   double seconds = 3;
-  unsigned rounds = 3;
+  unsigned rounds = 4;
   unsigned rings = 0;
   bool no_fio = false;
   bool heap_buffers = false;
