@@ -10,6 +10,8 @@
 // and `fusermount3 -u` unmount cleanly: staged data written, the index
 // committed and synced, RocksDB closed, exit 0.
 #include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
@@ -18,6 +20,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
@@ -28,8 +31,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "device/fault_injecting_io.h"
 #include "fs/file_system.h"
 #include "fuse/daemon.h"
 #include "fuse/detach.h"
@@ -63,6 +68,9 @@ constexpr const char* kUsage =
     "  negative_timeout=S    kernel caching of missing names, seconds (10; 0: off)\n"
     "  max_threads=N         FUSE worker threads (64)\n"
     "  log_level=L           trace, debug, info, warn, error, critical, off (info)\n"
+    "  fault_injection       tests only: device writes stay in a simulated volatile\n"
+    "                        cache until flushed; SIGUSR1 cuts the power (drops them\n"
+    "                        and fails all later I/O with EIO)\n"
     "\n"
     "Other -o options go to libfuse and the kernel (see below with -h).\n";
 
@@ -80,6 +88,7 @@ struct Config {
   double negative_timeout = 10.0;
   unsigned max_threads = 64;
   char* log_level = nullptr;
+  int fault_injection = 0;
   int foreground = 0;
   int show_help = 0;
   int show_version = 0;
@@ -106,6 +115,7 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("negative_timeout=%lf", negative_timeout),
     KVFS_OPT("max_threads=%u", max_threads),
     KVFS_OPT("log_level=%s", log_level),
+    KVFS_OPT("fault_injection", fault_injection),
     FUSE_OPT_KEY("-f", kKeyForeground),
     FUSE_OPT_KEY("-d", kKeyDebug),
     FUSE_OPT_KEY("debug", kKeyDebug),
@@ -173,6 +183,56 @@ std::shared_ptr<spdlog::sinks::dist_sink_mt> SetUpLogging(const char* level_name
   spdlog::set_default_logger(logger);
   return dist;
 }
+
+// -o fault_injection (crash tests): the volume's device I/O goes through a
+// FaultInjectingIo in power-cut mode, and SIGUSR1 cuts the power. The signal
+// is taken by sigwait() on a thread of its own (PowerCut() takes locks, so
+// it cannot run in a signal handler); main() blocks SIGUSR1 before any
+// thread exists so that only that thread receives it.
+class PowerCutSwitch {
+ public:
+  // Blocks SIGUSR1 in the calling thread and the threads it creates later.
+  static void BlockSignal() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
+  // For VolumeOptions::wrap_io.
+  std::unique_ptr<kvfs::device::BlockIo> Wrap(kvfs::device::BlockIo& inner) {
+    auto io = std::make_unique<kvfs::device::FaultInjectingIo>(inner);
+    io->EnablePowerCutMode();
+    io_ = io.get();
+    return io;
+  }
+  // Starts waiting for SIGUSR1. REQUIRES: Wrap() ran (the volume is open).
+  void Arm() {
+    thread_ = std::thread([this] {
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, SIGUSR1);
+      int sig = 0;
+      while (sigwait(&set, &sig) != 0) {
+      }
+      if (stopping_) return;
+      spdlog::warn("SIGUSR1: power cut (fault injection): unflushed writes dropped");
+      io_->PowerCut();
+    });
+  }
+  // Ends the waiting thread (without a power cut if none came).
+  // REQUIRES: before the volume is closed.
+  void Disarm() {
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    pthread_kill(thread_.native_handle(), SIGUSR1);
+    thread_.join();
+  }
+
+ private:
+  kvfs::device::FaultInjectingIo* io_ = nullptr;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -253,6 +313,11 @@ int main(int argc, char** argv) {
   // the thread running its loop (fuse/daemon.h), and fork keeps only the
   // calling thread.
   kvfs::fuse::BlockTerminationSignals();
+  PowerCutSwitch power;
+  if (cfg.fault_injection) {
+    PowerCutSwitch::BlockSignal();
+    vopt.wrap_io = [&power](kvfs::device::BlockIo& inner) { return power.Wrap(inner); };
+  }
   // The FUSE session first: bad options fail before the volume is touched.
   kvfs::fuse::MountOptions mopt;
   mopt.timeouts.entry_s = cfg.entry_timeout;
@@ -271,6 +336,11 @@ int main(int argc, char** argv) {
 
   auto volume = kvfs::volume::Volume::Open(devices, vopt);
   if (!volume.ok()) Fail(volume.status().ToString());
+  if (cfg.fault_injection) power.Arm();
+  struct DisarmFirst {  // the switch's thread ends before the volume closes
+    PowerCutSwitch& p;
+    ~DisarmFirst() { p.Disarm(); }
+  } disarm{power};
   // From here on, failures return (not exit) so that the volume's threads
   // stop and its index closes in the destructors.
   auto fs = kvfs::fs::FileSystem::Create(**volume, fsopt);
@@ -297,6 +367,7 @@ int main(int argc, char** argv) {
   kvfs::Status shut = (*fs)->Shutdown();
   if (!shut.ok()) spdlog::error("writing out staged data: {}", shut.ToString());
   fs->reset();
+  power.Disarm();
   volume->reset();  // the index (RocksDB) is closed, the devices unlocked
   spdlog::info("unmounted {}", mountpoint);
 
