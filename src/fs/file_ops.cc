@@ -477,7 +477,9 @@ void FileSystem::Impl::SubmitChunk(const InodeRef& inode, uint64_t ci) {
 
 void FileSystem::Impl::OnChunkWritten(const InodeRef& inode, uint64_t ci,
                                       std::shared_ptr<ChunkBuf> cb, Status st) {
-  if (st.ok()) committer_->NoteDataWritten();
+  // Even a failed write makes the next commit flush first: after a power
+  // cut the flush fails, and nothing more is committed.
+  committer_->NoteDataWritten();
   std::vector<std::shared_ptr<Change>> gates;
   std::shared_ptr<Change> data_change;
   std::vector<Extent> free_now;
@@ -494,6 +496,10 @@ void FileSystem::Impl::OnChunkWritten(const InodeRef& inode, uint64_t ci,
                       ci * kChunkBytes, st.ToString());
       }
       free_now = cb->alloc;
+      if (it != inode->chunks.end() && cb->seq > it->second.installed_seq &&
+          cb->trunc_epoch == inode->trunc_epoch) {
+        it->second.failed = true;
+      }
     } else if (current) {
       ChunkState& cs = it->second;
       for (const auto& fe : cs.extents) inode->free_pending.push_back(fe.ext);
@@ -508,6 +514,7 @@ void FileSystem::Impl::OnChunkWritten(const InodeRef& inode, uint64_t ci,
         pos += e.len;
       }
       cs.installed_seq = cb->seq;
+      cs.failed = false;
       cache_->Erase(inode->token, ci);  // an older version's bytes
       if (!inode->data_change_queued) {
         inode->data_change_queued = true;
@@ -617,6 +624,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
     uint64_t len;
   };
   std::vector<Wait> waits;
+  Status lost;
   std::unique_ptr<char, FreeDeleter> out;
   uint64_t len;
   {
@@ -640,6 +648,14 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
       const ChunkBuf* mem = nullptr;
       if (it != i->chunks.end()) {
         mem = it->second.staged ? it->second.staged.get() : it->second.inflight.get();
+      }
+      if (!mem && it != i->chunks.end() && it->second.failed) {
+        // Never hand out bytes that did not reach the device.
+        lost = Status::Error(EIO, "inode " + std::to_string(i->rec.ino) + ": data at offset " +
+                                      std::to_string(cstart) + " was lost by a failed write");
+        pieces.clear();
+        waits.clear();
+        break;
       }
       if (mem) {
         std::memcpy(dst + (pos - off), mem->buf.data() + (pos - cstart), hi - pos);
@@ -676,12 +692,13 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
       }
       pos = hi;
     }
-    if (!pieces.empty() || !waits.empty()) {
+    if (lost.ok() && (!pieces.empty() || !waits.empty())) {
       i->reads_inflight++;
       std::lock_guard<std::mutex> t(table_mu_);
       i->pending_changes++;  // pinned until the reads complete
     }
   }
+  if (!lost.ok()) return done(lost, {});
   if (pieces.empty() && waits.empty()) {
     return done(Status::OK(), std::span<const char>(out.get(), len));
   }

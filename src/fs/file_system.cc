@@ -143,7 +143,7 @@ static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
     uint64_t size = x.rec.size;
     const uint64_t durable = x.durable_size;
     for (const auto& [ci, cs] : x.chunks) {
-      if ((cs.staged || cs.inflight) && (ci + 1) * kChunkBytes > durable) {
+      if ((cs.staged || cs.inflight || cs.failed) && (ci + 1) * kChunkBytes > durable) {
         size = std::min(size, std::max(durable, ci * kChunkBytes));
         break;
       }
@@ -453,6 +453,10 @@ Status FileSystem::ReadDir(
 void FileSystem::ReleaseDir(uint64_t dh) { impl_->ReleaseDir(dh); }
 FsStats FileSystem::StatFs() { return impl_->StatFs(); }
 Status FileSystem::FlushAll() { return impl_->FlushAll(); }
+Status FileSystem::Sync() {
+  KVFS_RETURN_IF_ERROR(impl_->FlushAll());
+  return impl_->committer_->Drain(/*sync=*/true);
+}
 Status FileSystem::Prefetch(uint64_t ino) { return impl_->PrefetchIno(ino); }
 Result<uint64_t> FileSystem::ResolvePath(std::string_view path) { return impl_->ResolvePath(path); }
 Status FileSystem::DropCache() { return impl_->DropCache(); }

@@ -184,6 +184,9 @@ class FileSystem {
 
   // Writes out all staged data and commits (not synced).
   Status FlushAll();
+  // FlushAll(), then makes everything durable: devices flushed, WAL synced
+  // (fsync of a directory, syncfs).
+  Status Sync();
 
   // --- RAM cache and prefetch hints.
   // Starts reading a whole file (or, for a directory, each file in it) into

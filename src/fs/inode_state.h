@@ -43,7 +43,10 @@ struct ChunkState {
   std::shared_ptr<ChunkBuf> inflight;  // newest version being written
   std::vector<index::FileExtent> extents;  // installed (written) version
   uint64_t installed_seq = 0;
-  bool empty() const { return !staged && !inflight && extents.empty(); }
+  // Its newest write failed: reads of it fail with EIO, and the committed
+  // size stays below it, until a later version is written.
+  bool failed = false;
+  bool empty() const { return !staged && !inflight && extents.empty() && !failed; }
 };
 
 struct InodeState {

@@ -80,7 +80,7 @@ void FsyncDir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_in
   // Directory changes are ordered commits of the one index: writing out and
   // committing everything queued covers this directory's entries.
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs->FlushAll(); }), "fsyncdir");
+  ReplyStatus(req, NoThrow([&] { return s.fs->Sync(); }), "fsyncdir");
 }
 
 void StatFs(fuse_req_t req, fuse_ino_t /*ino*/) {
