@@ -362,7 +362,8 @@ TEST_F(FsckTest, ForeignIndexIsAnOperationalError) {
 TEST_F(FsckTest, MountedVolumeIsCheckedReadOnlyAndNotRepaired) {
   Populate();
   Mount();
-  Store(kRootIno, "live", Pattern(70000, 9));  // committed: in the WAL only
+  Store(kRootIno, "live", Pattern(70000, 9));
+  ASSERT_TRUE(fs_->FlushAll().ok());  // committed, but only in the live WAL
   Report y = Run(true);
   EXPECT_EQ(y.ExitCode(), kExitOperational);
   EXPECT_EQ(y.error.code(), EBUSY);
