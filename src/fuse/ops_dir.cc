@@ -6,12 +6,17 @@
 #include <cstring>
 #include <vector>
 
+#include "fuse/control.h"
 #include "fuse/ops.h"
 #include "fuse/reply.h"
 
 namespace kvfs::fuse::ops {
 
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    control::OpenDir(req, ino, fi);
+    return;
+  }
   SessionState& s = StateOf(req);
   Result<uint64_t> r = NoThrow([&] { return s.fs->OpenDir(ino); });
   if (!r.ok()) {
@@ -26,7 +31,11 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
 }
 
-void ReadDir(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    control::ReadDir(req, ino, size, off);
+    return;
+  }
   SessionState& s = StateOf(req);
   std::vector<char> buf;
   size_t used = 0;
@@ -69,14 +78,22 @@ void ReadDir(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fi
   fuse_reply_buf(req, buf.data(), used);
 }
 
-void ReleaseDir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    fuse_reply_err(req, 0);  // control listings hold nothing
+    return;
+  }
   SessionState& s = StateOf(req);
   Status st = NoThrowVoid([&] { s.fs->ReleaseDir(fi->fh); });
   if (!st.ok()) spdlog::error("releasedir of handle {}: {}", fi->fh, st.ToString());
   fuse_reply_err(req, 0);
 }
 
-void FsyncDir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* /*fi*/) {
+void FsyncDir(fuse_req_t req, fuse_ino_t ino, int /*datasync*/, fuse_file_info* /*fi*/) {
+  if (control::Owns(ino)) {
+    fuse_reply_err(req, 0);
+    return;
+  }
   // Directory changes are ordered commits of the one index: writing out and
   // committing everything queued covers this directory's entries.
   SessionState& s = StateOf(req);

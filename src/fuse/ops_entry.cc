@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "fuse/control.h"
 #include "fuse/ops.h"
 #include "fuse/reply.h"
 
@@ -18,6 +19,24 @@ fs::Caller CallerOf(fuse_req_t req) {
   return fs::Caller{c->uid, c->gid, c->pid};
 }
 
+// Refuses a namespace change naming `name` in `parent` when it touches the
+// control directory: inside it (EPERM), or its own name in the root
+// (`exists_errno`: EEXIST for creating it, EPERM for removing/renaming it).
+// Returns true when it replied.
+bool RefusedForControl(fuse_req_t req, fuse_ino_t parent, const char* name, int exists_errno,
+                       const char* op) {
+  if (parent == control::kDirIno || control::Owns(parent)) {
+    ReplyStatus(req, Status::Error(EPERM, ".kvfs: the control directory is fixed"), op);
+    return true;
+  }
+  if (control::IsControlName(parent, name)) {
+    ReplyStatus(req, Status::Error(exists_errno, ".kvfs: reserved for the control directory"),
+                op);
+    return true;
+  }
+  return false;
+}
+
 int64_t ToNs(const timespec& ts) {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
@@ -25,6 +44,11 @@ int64_t ToNs(const timespec& ts) {
 }  // namespace
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  // The control directory shadows anything in the index of that name.
+  if (control::Owns(parent) || control::IsControlName(parent, name)) {
+    control::Lookup(req, parent, name);
+    return;
+  }
   SessionState& s = StateOf(req);
   Result<fs::Attr> r = NoThrow([&] { return s.fs->Lookup(parent, name); });
   if (r.ok()) {
@@ -46,6 +70,10 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  if (control::Owns(ino)) {
+    fuse_reply_none(req);  // control inodes are not counted
+    return;
+  }
   SessionState& s = StateOf(req);
   Status st = NoThrowVoid([&] { s.fs->Forget(ino, nlookup); });
   if (!st.ok()) spdlog::error("forget of inode {}: {}", ino, st.ToString());
@@ -55,6 +83,7 @@ void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
 void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
   SessionState& s = StateOf(req);
   for (size_t i = 0; i < count; ++i) {
+    if (control::Owns(forgets[i].ino)) continue;
     Status st = NoThrowVoid([&] { s.fs->Forget(forgets[i].ino, forgets[i].nlookup); });
     if (!st.ok()) spdlog::error("forget of inode {}: {}", forgets[i].ino, st.ToString());
   }
@@ -62,6 +91,10 @@ void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+  if (control::Owns(ino)) {
+    control::GetAttr(req, ino);
+    return;
+  }
   SessionState& s = StateOf(req);
   Result<fs::Attr> r = NoThrow([&] { return s.fs->GetAttr(ino); });
   if (!r.ok()) {
@@ -73,6 +106,10 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
 }
 
 void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    control::SetAttr(req, ino, to_set);
+    return;
+  }
   SessionState& s = StateOf(req);
   fs::SetAttrRequest q;
   if (to_set & FUSE_SET_ATTR_MODE) q.mode = attr->st_mode & 07777;
@@ -103,6 +140,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
 }
 
 void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  if (RefusedForControl(req, parent, name, EEXIST, "mkdir")) return;
   SessionState& s = StateOf(req);
   fs::Caller caller = CallerOf(req);
   Result<fs::Attr> r = NoThrow([&] { return s.fs->MkDir(parent, name, mode & 07777, caller); });
@@ -115,6 +153,7 @@ void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 }
 
 void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t /*rdev*/) {
+  if (RefusedForControl(req, parent, name, EEXIST, "mknod")) return;
   if (!S_ISREG(mode)) {
     // Device nodes, FIFOs and sockets are not supported (DESIGN.md).
     ReplyStatus(req, Status::Error(EPERM, "mknod: only regular files are supported"), "mknod");
@@ -136,17 +175,23 @@ void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
 }
 
 void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  if (RefusedForControl(req, parent, name, EPERM, "rmdir")) return;
   SessionState& s = StateOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->RmDir(parent, name); }), "rmdir");
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  if (RefusedForControl(req, parent, name, EPERM, "unlink")) return;
   SessionState& s = StateOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->Unlink(parent, name); }), "unlink");
 }
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
             const char* newname, unsigned int flags) {
+  if (RefusedForControl(req, parent, name, EPERM, "rename") ||
+      RefusedForControl(req, newparent, newname, EPERM, "rename")) {
+    return;
+  }
   SessionState& s = StateOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->Rename(parent, name, newparent, newname, flags); }),
               "rename");

@@ -11,6 +11,7 @@
 
 #include <span>
 
+#include "fuse/control.h"
 #include "fuse/ops.h"
 #include "fuse/reply.h"
 
@@ -32,6 +33,15 @@ void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
 }  // namespace
 
 void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  if (control::Owns(parent)) {
+    ReplyStatus(req, Status::Error(EPERM, ".kvfs: the control directory is fixed"), "create");
+    return;
+  }
+  if (control::IsControlName(parent, name)) {
+    ReplyStatus(req, Status::Error(EEXIST, ".kvfs: reserved for the control directory"),
+                "create");
+    return;
+  }
   SessionState& s = StateOf(req);
   fs::Caller caller = CallerOf(req);
   Result<fs::FileSystem::Created> r =
@@ -54,6 +64,10 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    control::Open(req, ino, fi);
+    return;
+  }
   SessionState& s = StateOf(req);
   Result<uint64_t> r = NoThrow([&] { return s.fs->Open(ino, fi->flags); });
   if (!r.ok()) {
@@ -68,7 +82,11 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
 }
 
-void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    control::Read(req, ino, size, off, fi);
+    return;
+  }
   SessionState& s = StateOf(req);
   // The reply comes from the completion callback: this worker thread goes
   // back to the kernel for the next request instead of waiting on the device.
@@ -94,8 +112,12 @@ void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_
   }
 }
 
-void Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
            fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    control::Write(req, ino, buf, size, fi);
+    return;
+  }
   SessionState& s = StateOf(req);
   Result<size_t> r = NoThrow([&] {
     return s.fs->Write(fi->fh, static_cast<uint64_t>(off), std::span<const char>(buf, size));
@@ -107,19 +129,31 @@ void Write(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off
   fuse_reply_write(req, *r);
 }
 
-void Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    fuse_reply_err(req, 0);
+    return;
+  }
   SessionState& s = StateOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->Flush(fi->fh); }), "flush");
 }
 
-void Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    control::Release(req, ino, fi);
+    return;
+  }
   SessionState& s = StateOf(req);
   Status st = NoThrowVoid([&] { s.fs->Release(fi->fh); });
   if (!st.ok()) spdlog::error("release of handle {}: {}", fi->fh, st.ToString());
   fuse_reply_err(req, 0);  // the kernel ignores release errors
 }
 
-void Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi) {
+void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    fuse_reply_err(req, 0);
+    return;
+  }
   SessionState& s = StateOf(req);
   std::shared_ptr<AsyncReply> reply;
   try {
@@ -132,8 +166,12 @@ void Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi)
   }
 }
 
-void Fallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
+void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                fuse_file_info* fi) {
+  if (control::Owns(ino)) {
+    ReplyStatus(req, Status::Error(EPERM, ".kvfs: control files have no space"), "fallocate");
+    return;
+  }
   SessionState& s = StateOf(req);
   if (offset < 0 || length <= 0) {
     ReplyStatus(req, Status::Error(EINVAL, "fallocate: bad offset or length"), "fallocate");

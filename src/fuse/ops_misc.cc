@@ -1,12 +1,15 @@
 // ioctl and extended attributes.
 //
-// kvfs's batch ioctl and hint attributes (user.kvfs.*) are not served yet:
-// every ioctl is ENOTTY and no attribute can be set (EOPNOTSUPP), so nothing
+// kvfs's batch ioctl is not served yet: every ioctl is ENOTTY. The one
+// attribute that can be set is the hint user.kvfs.prefetch (any value):
+// setting it prefetches the file or directory; it is never stored, so
+// getxattr finds nothing. Every other name is EOPNOTSUPP, so nothing
 // pretends to succeed.
 #include <spdlog/spdlog.h>
 
 #include <string>
 
+#include "fuse/control.h"
 #include "fuse/ops.h"
 #include "fuse/reply.h"
 
@@ -20,8 +23,13 @@ void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* /*arg*/, fuse
   fuse_reply_err(req, ENOTTY);
 }
 
-void SetXattr(fuse_req_t req, fuse_ino_t /*ino*/, const char* name, const char* /*value*/,
+void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* /*value*/,
               size_t /*size*/, int /*flags*/) {
+  if (control::kPrefetchXattr == name && !control::Owns(ino)) {
+    SessionState& s = StateOf(req);
+    ReplyStatus(req, NoThrow([&] { return s.fs->Prefetch(ino); }), "setxattr");
+    return;
+  }
   Status st = NoThrow([&] {
     return Status::Error(EOPNOTSUPP,
                          std::string(name) + ": extended attributes are not supported");

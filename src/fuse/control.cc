@@ -1,0 +1,297 @@
+// The control directory MOUNT/.kvfs/ (see control.h).
+#include "fuse/control.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include "fs/stats.h"
+#include "fuse/reply.h"
+
+namespace kvfs::fuse::control {
+
+namespace {
+
+enum class Kind { kDir, kStats, kMetrics, kDropCache, kPrefetch, kSync };
+
+struct Node {
+  const char* name;
+  fuse_ino_t ino;
+  Kind kind;
+  mode_t mode;
+};
+
+// Readable files are world-readable; the actions are root's alone.
+constexpr std::array<Node, 5> kFiles = {{
+    {"stats", kFirstIno + 1, Kind::kStats, S_IFREG | 0444},
+    {"metrics", kFirstIno + 2, Kind::kMetrics, S_IFREG | 0444},
+    {"drop_cache", kFirstIno + 3, Kind::kDropCache, S_IFREG | 0200},
+    {"prefetch", kFirstIno + 4, Kind::kPrefetch, S_IFREG | 0200},
+    {"sync", kFirstIno + 5, Kind::kSync, S_IFREG | 0200},
+}};
+static_assert(kFirstIno + kFiles.size() == kLastIno);
+
+constexpr Node kDir = {".kvfs", kDirIno, Kind::kDir, S_IFDIR | 0555};
+
+const Node* NodeOf(fuse_ino_t ino) {
+  if (ino == kDirIno) return &kDir;
+  for (const Node& n : kFiles) {
+    if (n.ino == ino) return &n;
+  }
+  return nullptr;
+}
+
+bool Readable(const Node& n) { return n.kind == Kind::kStats || n.kind == Kind::kMetrics; }
+
+// The control files' times: when the daemon started (they have no history).
+const timespec& StartTime() {
+  static const timespec t = [] {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts;
+  }();
+  return t;
+}
+
+struct stat StatOf(const Node& n) {
+  struct stat st;
+  std::memset(&st, 0, sizeof(st));
+  st.st_ino = n.ino;
+  st.st_mode = n.mode;
+  st.st_nlink = n.kind == Kind::kDir ? 2 : 1;
+  st.st_uid = 0;
+  st.st_gid = 0;
+  // Size 0: content is made at open; the files are opened direct_io, so the
+  // kernel reads until we return short rather than stopping at st_size.
+  st.st_size = 0;
+  st.st_blksize = 4096;
+  st.st_atim = st.st_mtim = st.st_ctim = StartTime();
+  return st;
+}
+
+// What a readable file's handle holds: its content, fixed at open.
+struct Snapshot {
+  std::string content;
+};
+
+// Prefetches every non-empty line of `text` (a name relative to the root).
+// Tries all of them; returns the last failure.
+Status PrefetchNames(fs::FileSystem& fs, std::string_view text) {
+  Status result = Status::OK();
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    while (!line.empty() && line.front() == '/') line.remove_prefix(1);
+    if (line.empty()) continue;
+    Status st = [&]() -> Status {
+      KVFS_ASSIGN_OR_RETURN(uint64_t ino, fs.ResolvePath(line));
+      return fs.Prefetch(ino);
+    }();
+    if (!st.ok()) {
+      spdlog::debug(".kvfs/prefetch: {}: {}", line, st.ToString());
+      result = st;
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  SessionState& s = StateOf(req);
+  const Node* found = nullptr;
+  if (IsControlName(parent, name)) {
+    found = &kDir;
+  } else if (parent == kDirIno) {
+    for (const Node& n : kFiles) {
+      if (std::strcmp(n.name, name) == 0) found = &n;
+    }
+  }
+  if (found == nullptr) {
+    ReplyStatus(req, Status::Error(ENOENT, std::string(".kvfs: no entry ") + name), "lookup");
+    return;
+  }
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = found->ino;
+  e.generation = 1;
+  e.attr = StatOf(*found);
+  e.attr_timeout = s.timeouts.attr_s;
+  e.entry_timeout = s.timeouts.entry_s;
+  fuse_reply_entry(req, &e);
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino) {
+  const Node* n = NodeOf(ino);
+  if (n == nullptr) {
+    ReplyStatus(req, Status::Error(ENOENT, ".kvfs: no such inode"), "getattr");
+    return;
+  }
+  struct stat st = StatOf(*n);
+  fuse_reply_attr(req, &st, StateOf(req).timeouts.attr_s);
+}
+
+void SetAttr(fuse_req_t req, fuse_ino_t ino, int to_set) {
+  const Node* n = NodeOf(ino);
+  if (n == nullptr || n->kind == Kind::kDir) {
+    ReplyStatus(req, Status::Error(EPERM, ".kvfs: attributes are fixed"), "setattr");
+    return;
+  }
+  // Truncation (open O_TRUNC without atomic_o_trunc, `: > f`) and time
+  // updates are harmless no-ops; ownership and mode are fixed.
+  constexpr int kIgnored = FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                           FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW |
+                           FUSE_SET_ATTR_CTIME;
+  if ((to_set & ~kIgnored) != 0) {
+    ReplyStatus(req, Status::Error(EPERM, ".kvfs: mode and owner are fixed"), "setattr");
+    return;
+  }
+  struct stat st = StatOf(*n);
+  fuse_reply_attr(req, &st, StateOf(req).timeouts.attr_s);
+}
+
+void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  SessionState& s = StateOf(req);
+  const Node* n = NodeOf(ino);
+  if (n == nullptr || n->kind == Kind::kDir) {
+    ReplyStatus(req, Status::Error(EISDIR, ".kvfs: not a file"), "open");
+    return;
+  }
+  const int acc = fi->flags & O_ACCMODE;
+  // Root passes the kernel's permission check for any mode bits, so the
+  // direction of each file is enforced here.
+  if (Readable(*n) ? acc != O_RDONLY : acc != O_WRONLY) {
+    ReplyStatus(req, Status::Error(EACCES, std::string(".kvfs/") + n->name + ": wrong direction"),
+                "open");
+    return;
+  }
+  if (!Readable(*n) && fuse_req_ctx(req)->uid != 0) {
+    ReplyStatus(req, Status::Error(EACCES, std::string(".kvfs/") + n->name + ": root only"),
+                "open");
+    return;
+  }
+  std::unique_ptr<Snapshot> snap;
+  Status st = NoThrowVoid([&] {
+    if (!Readable(*n)) return;
+    snap = std::make_unique<Snapshot>();
+    fs::StatsSnapshot stats = s.fs->Stats();
+    snap->content =
+        n->kind == Kind::kStats ? fs::StatsToJson(stats) : fs::StatsToPrometheus(stats);
+  });
+  if (!st.ok()) {
+    ReplyStatus(req, st, "open");
+    return;
+  }
+  Snapshot* raw = snap.release();
+  fi->fh = reinterpret_cast<uint64_t>(raw);  // null for the write-only files
+  fi->direct_io = 1;
+  fi->keep_cache = 0;
+  fi->nonseekable = 0;
+  if (fuse_reply_open(req, fi) == -ENOENT) {
+    delete raw;  // interrupted open(2): no release will come
+  }
+}
+
+void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
+  const auto* snap = reinterpret_cast<const Snapshot*>(fi->fh);
+  if (snap == nullptr || off < 0) {
+    ReplyStatus(req, Status::Error(EBADF, ".kvfs: not open for reading"), "read");
+    return;
+  }
+  const std::string& c = snap->content;
+  size_t start = std::min(c.size(), static_cast<size_t>(off));
+  size_t len = std::min(size, c.size() - start);
+  fuse_reply_buf(req, c.data() + start, len);
+}
+
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_file_info* /*fi*/) {
+  SessionState& s = StateOf(req);
+  const Node* n = NodeOf(ino);
+  Status st = Status::Error(EBADF, ".kvfs: not open for writing");
+  if (n != nullptr) {
+    switch (n->kind) {
+      case Kind::kDropCache:
+        st = NoThrow([&] { return s.fs->DropCache(); });
+        break;
+      case Kind::kSync:
+        st = NoThrow([&] { return s.fs->Sync(); });
+        break;
+      case Kind::kPrefetch:
+        st = NoThrow([&] { return PrefetchNames(*s.fs, std::string_view(buf, size)); });
+        break;
+      default:
+        break;
+    }
+  }
+  if (!st.ok()) {
+    ReplyStatus(req, st, "write");
+    return;
+  }
+  fuse_reply_write(req, size);
+}
+
+void Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  delete reinterpret_cast<Snapshot*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (ino != kDirIno) {
+    ReplyStatus(req, Status::Error(ENOTDIR, ".kvfs: not a directory"), "opendir");
+    return;
+  }
+  fi->fh = 0;  // the listing is fixed: nothing to hold
+  fuse_reply_open(req, fi);
+}
+
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
+  if (ino != kDirIno) {
+    ReplyStatus(req, Status::Error(ENOTDIR, ".kvfs: not a directory"), "readdir");
+    return;
+  }
+  std::string buf;
+  Status st = NoThrowVoid([&] {
+    buf.resize(size);
+    size_t used = 0;
+    // Offsets: 1 after ".", 2 after "..", 3.. after each file.
+    for (size_t i = static_cast<size_t>(std::max<off_t>(off, 0)); i < kFiles.size() + 2; ++i) {
+      struct stat st;
+      std::memset(&st, 0, sizeof(st));
+      const char* name;
+      if (i == 0) {
+        name = ".";
+        st.st_ino = kDirIno;
+        st.st_mode = S_IFDIR;
+      } else if (i == 1) {
+        name = "..";
+        st.st_ino = FUSE_ROOT_ID;
+        st.st_mode = S_IFDIR;
+      } else {
+        name = kFiles[i - 2].name;
+        st.st_ino = kFiles[i - 2].ino;
+        st.st_mode = kFiles[i - 2].mode;
+      }
+      size_t need = fuse_add_direntry(req, nullptr, 0, name, nullptr, 0);
+      if (used + need > size) break;
+      fuse_add_direntry(req, buf.data() + used, size - used, name, &st,
+                        static_cast<off_t>(i + 1));
+      used += need;
+    }
+    buf.resize(used);
+  });
+  if (!st.ok()) {
+    ReplyStatus(req, st, "readdir");
+    return;
+  }
+  fuse_reply_buf(req, buf.data(), buf.size());
+}
+
+}  // namespace kvfs::fuse::control

@@ -1,0 +1,72 @@
+// The control directory MOUNT/.kvfs/: virtual files served by fuse/ alone
+// (nothing of it is in the index).
+//
+//   stats       read: JSON statistics (fs::StatsToJson)
+//   metrics     read: Prometheus text (fs::StatsToPrometheus)
+//   drop_cache  write anything: FileSystem::DropCache()
+//   prefetch    write names relative to the mount root, one per line:
+//               ResolvePath + Prefetch each; the write fails with the
+//               errno of the last name that failed, after trying them all
+//   sync        write anything: FileSystem::Sync()
+//
+// Its inodes come from a range the index never allocates (the index counts
+// up from 2), so a handler decides by inode number alone whether a request
+// is for the control directory. Every op handler in ops_*.cc asks
+// control::Owns() (or IsControlParent()) first and, when true, hands the
+// request to the control::* function of the same name, which replies
+// exactly once.
+//
+// Handles: readable files carry a snapshot of their content, generated at
+// open, so a reader sees one consistent document over several read()s; the
+// handle (fi->fh) is a pointer to it, owned by the kernel's open file and
+// freed at Release.
+//
+// Thread safety: all functions may run concurrently on libfuse workers;
+// the only shared state is the FileSystem (thread-safe).
+#pragma once
+
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+namespace kvfs::fuse::control {
+
+static_assert(sizeof(fuse_ino_t) == 8, "control inodes need 64-bit inode numbers");
+
+// The name of the control directory in the root.
+inline constexpr std::string_view kDirName = ".kvfs";
+
+// Far above anything the index's counter can reach (it starts at 2 and
+// counts one per created inode).
+inline constexpr fuse_ino_t kFirstIno = std::numeric_limits<uint64_t>::max() / 2;
+inline constexpr fuse_ino_t kDirIno = kFirstIno;
+inline constexpr fuse_ino_t kLastIno = kFirstIno + 5;  // the dir and its 5 files
+
+// True for the control directory and its files.
+inline bool Owns(fuse_ino_t ino) { return ino >= kFirstIno && ino <= kLastIno; }
+// True when `name` in `parent` is the control directory itself.
+inline bool IsControlName(fuse_ino_t parent, const char* name) {
+  return parent == FUSE_ROOT_ID && name != nullptr && kDirName == name;
+}
+
+// Handlers for Owns(ino) (or, for Lookup, parent == kDirIno or
+// IsControlName). Each replies exactly once.
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+void GetAttr(fuse_req_t req, fuse_ino_t ino);
+// Only size changes are accepted (and ignored: `echo 1 > f` truncates);
+// anything else is EPERM.
+void SetAttr(fuse_req_t req, fuse_ino_t ino, int to_set);
+void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_file_info* fi);
+void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
+
+// The attribute name whose setxattr prefetches a file or directory.
+inline constexpr std::string_view kPrefetchXattr = "user.kvfs.prefetch";
+
+}  // namespace kvfs::fuse::control
