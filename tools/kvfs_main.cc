@@ -257,16 +257,20 @@ int main(int argc, char** argv) {
     Fail("bad options (try kvfs --help)");
   }
   Config& cfg = p.cfg;
-  if (cfg.show_help) {
-    std::printf("%s\nlibfuse options:\n", kUsage);
-    std::fflush(stdout);
-    fuse_lowlevel_help();
-    return 0;
-  }
-  if (cfg.show_version) {
-    std::printf("kvfs %s\n", KVFS_VERSION);
-    std::fflush(stdout);
-    fuse_lowlevel_version();
+  if (cfg.show_help || cfg.show_version) {
+    if (cfg.show_help) {
+      std::printf("%s\nlibfuse options:\n", kUsage);
+      std::fflush(stdout);
+      fuse_lowlevel_help();
+    } else {
+      std::printf("kvfs %s\n", KVFS_VERSION);
+      std::fflush(stdout);
+      fuse_lowlevel_version();
+    }
+    fuse_opt_free_args(&args);
+    std::free(cfg.index);
+    std::free(cfg.log_level);
+    std::free(cfg.prefetch);
     return 0;
   }
   if (p.positional.size() < 2) {
