@@ -16,7 +16,7 @@ fi
 kvfs_install_deps
 echo "==> building from scratch in $builddir"
 rm -rf "$builddir"
-meson setup "$builddir" "${setup_args[@]}" >/dev/null
+meson setup "$builddir" "${setup_args[@]}" | tail -n 3
 ninja -C "$builddir"
 
 echo "==> running the test suite"
