@@ -17,14 +17,6 @@ namespace kvfs::fs {
 
 namespace {
 
-Status CheckCreateName(std::string_view name) {
-  if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "create");
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string_view::npos) {
-    return Status::Error(EINVAL, "create: invalid name");
-  }
-  return Status::OK();
-}
-
 uint64_t TotalLen(const std::vector<Extent>& v) {
   uint64_t n = 0;
   for (const auto& e : v) n += e.len;
@@ -42,7 +34,8 @@ struct FreeDeleter {
 Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::string_view name,
                                                      uint32_t mode, int flags,
                                                      const Caller& caller) {
-  KVFS_RETURN_IF_ERROR(CheckCreateName(name));
+  KVFS_RETURN_IF_ERROR(CheckName(name));
+  if (name == "." || name == "..") return Status::Error(EEXIST, "create");
   if ((mode & S_IFMT) != 0 && (mode & S_IFMT) != S_IFREG) {
     return Status::Error(EPERM, "only regular files and directories are supported");
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fs/chunk_cache.h"
+#include "common/format.h"
 #include "fs/committer.h"
 #include "fs/file_system.h"
 #include "fs/inode_state.h"
@@ -44,6 +45,18 @@ struct PendingEntry {
   uint64_t child = 0;  // 0: deleted
   int pending = 0;     // queued changes that set it
 };
+
+// ENAMETOOLONG past kMaxNameLen; EINVAL for "", or a name with '/' or NUL.
+inline Status CheckName(std::string_view name) {
+  if (name.size() > kMaxNameLen) {
+    return Status::Error(ENAMETOOLONG, "name of " + std::to_string(name.size()) + " bytes");
+  }
+  if (name.empty() || name.find('/') != std::string_view::npos ||
+      name.find('\0') != std::string_view::npos) {
+    return Status::Error(EINVAL, "invalid name");
+  }
+  return Status::OK();
+}
 
 class FileSystem::Impl {
  public:

@@ -15,16 +15,6 @@ namespace kvfs::fs {
 
 namespace {
 
-Status CheckName(std::string_view name) {
-  if (name.size() > kMaxNameLen) {
-    return Status::Error(ENAMETOOLONG, "name of " + std::to_string(name.size()) + " bytes");
-  }
-  if (name.empty() || name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
-    return Status::Error(EINVAL, "invalid name");
-  }
-  return Status::OK();
-}
-
 bool IsDotName(std::string_view name) { return name == "." || name == ".."; }
 
 }  // namespace
