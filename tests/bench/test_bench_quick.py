@@ -178,23 +178,27 @@ def test_corrupted_load_fails_verification(scratch):
     assert_torn_down(scratch)
 
 
-# Delays after both mounts appear: a store, a remount (kvfs between store and
-# load: the daemon may be starting when the signal comes), a load.
-@pytest.mark.parametrize("delay_s", [0.3, 1.0, 2.0])
-def test_interrupted_run_unmounts_detaches_and_removes_images(scratch, delay_s):
+# Interrupt points: right after the k-th of the 8 progress lines, so the
+# signal lands inside a store, the kvfs remount between store and load, or a
+# load -- by progress, not by a delay a fast or slow machine would miss.
+@pytest.mark.parametrize("after_step", [1, 3, 5])
+def test_interrupted_run_unmounts_detaches_and_removes_images(scratch, after_step):
     p = subprocess.Popen(bench_cmd("--quick", "--dir", scratch, "--workloads", "lmcache",
                                    "--sizes", "1M", "--keys", "64"),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
     try:
-        deadline = time.monotonic() + 60
-        while len(mounts_under(scratch)) < 2:
-            assert p.poll() is None, f"kvfs-bench ended before mounting: {p.stdout.read()}"
-            assert time.monotonic() < deadline, "kvfs-bench did not mount within 60 s"
-            time.sleep(0.05)
-        time.sleep(delay_s)  # inside the workload now
-        assert p.poll() is None, "the run ended before it could be interrupted"
+        deadline = time.monotonic() + 90
+        while True:
+            line = p.stdout.readline()
+            assert line, "kvfs-bench ended before it could be interrupted:\n" + "".join(seen)
+            seen.append(line)
+            if line.startswith(f"[{after_step}/"):
+                break
+            assert time.monotonic() < deadline, "no progress within 90 s"
         p.send_signal(signal.SIGINT)
         output, _ = p.communicate(timeout=90)
+        output = "".join(seen) + output
     finally:
         if p.poll() is None:
             p.kill()
