@@ -19,21 +19,14 @@
 #include "fs/file_system.h"
 #include "fsck/checker.h"
 #include "index/index.h"
+#include "util/pattern.h"
 #include "util/temp_dir.h"
 #include "volume/format_volume.h"
 #include "volume/volume.h"
 
 namespace kvfs::fsck {
 
-inline std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  std::mt19937 rng(seed);
-  for (size_t i = 0; i < n; i += 4) {
-    uint32_t v = rng();
-    std::memcpy(&s[i], &v, std::min<size_t>(4, n - i));
-  }
-  return s;
-}
+using kvfs::testing::Pattern;
 
 class FsckTest : public ::testing::Test {
  protected:
