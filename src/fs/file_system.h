@@ -40,6 +40,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "volume/volume.h"
@@ -50,6 +51,9 @@ struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
   pid_t pid = 0;
+  // Supplementary groups; only the batch path (which checks permissions
+  // itself) fills them.
+  std::vector<uint32_t> groups;
 };
 
 struct Attr {
@@ -201,6 +205,37 @@ class FileSystem {
   CacheStats cache_stats();
   // Everything MOUNT/.kvfs/stats and /metrics show (fs/stats.h).
   struct StatsSnapshot Stats();
+
+  // --- Whole-file operations for the batch ioctl (fs/batch.h drives them).
+  // Unlike the calls above, these check permissions themselves, for
+  // `caller` (uid, gid, groups; uid 0 passes as root does), as open(2),
+  // unlink(2) and path lookup would.
+  //
+  // Resolves `path` ("a/b/c": no leading '/', no "", "." or ".."
+  // components; EXDEV for those that escape, EINVAL for empty ones) under
+  // directory `dir`, with search permission on each directory walked.
+  Result<Attr> LookupPath(uint64_t dir, std::string_view path, const Caller& caller);
+  // Reads file bytes [off, off + dest.size()) of `path` into `dest` (READ
+  // permission needed). done(bytes read or error) runs exactly once. When
+  // `dest` and `off` are 4 KiB aligned, data not in the RAM cache or staged
+  // goes from the device straight into `dest` (no copy); otherwise through
+  // a bounce buffer. `dest` must stay valid until done.
+  void ReadFile(uint64_t dir, std::string_view path, uint64_t off, std::span<char> dest,
+                const Caller& caller, std::function<void(Result<size_t>)> done);
+  // Creates or atomically replaces file `path` with `data` (write and search
+  // permission on its directory, sticky rules as unlink). The new inode gets
+  // mode 0644, the caller's uid and gid. The name switches to it in an
+  // ordered commit after all its data is on the device; readers of the old
+  // file keep it. done runs exactly once, once the switch is queued (not
+  // necessarily durable; Sync() makes it so). Aligned `data` is written to
+  // the device without a copy. `data` must stay valid until done.
+  void WriteFile(uint64_t dir, std::string_view path, std::span<const char> data,
+                 const Caller& caller, std::function<void(Status)> done);
+  // unlink(2) of `path`, with its permission checks.
+  Status DeleteFile(uint64_t dir, std::string_view path, const Caller& caller);
+  // Prefetch of the file `path` (read permission needed). Returns the bytes
+  // the prefetch will read (0 if it is cached or over the budgets).
+  Result<uint64_t> PrefetchFile(uint64_t dir, std::string_view path, const Caller& caller);
 
   // Implementation details follow.
   class Impl;
