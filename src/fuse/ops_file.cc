@@ -19,6 +19,11 @@ namespace kvfs::fuse::ops {
 
 namespace {
 
+fs::Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  return fs::Caller{c->uid, c->gid, c->pid, {}};
+}
+
 void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
   fi->fh = fh;
   fi->direct_io = 1;
