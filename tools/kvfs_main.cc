@@ -67,6 +67,9 @@ constexpr const char* kUsage =
     "  attr_timeout=S        kernel caching of attributes, seconds (10)\n"
     "  negative_timeout=S    kernel caching of missing names, seconds (10; 0: off)\n"
     "  max_threads=N         FUSE worker threads (64)\n"
+    "  lane_read=N, lane_write=N, lane_prefetch=N, lane_meta=N, lane_delete=N\n"
+    "                        device commands in flight per lane (0: derived from\n"
+    "                        rings; see README \"Lanes\")\n"
     "  log_level=L           trace, debug, info, warn, error, critical, off (info)\n"
     "  fault_injection       tests only: device writes stay in a simulated volatile\n"
     "                        cache until flushed; SIGUSR1 cuts the power (drops them\n"
@@ -87,6 +90,8 @@ struct Config {
   double attr_timeout = 10.0;
   double negative_timeout = 10.0;
   unsigned max_threads = 64;
+  // In-flight commands per lane (0: default), io::Lane order.
+  unsigned lane_meta = 0, lane_read = 0, lane_prefetch = 0, lane_write = 0, lane_delete = 0;
   char* log_level = nullptr;
   int fault_injection = 0;
   int foreground = 0;
@@ -114,6 +119,11 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("attr_timeout=%lf", attr_timeout),
     KVFS_OPT("negative_timeout=%lf", negative_timeout),
     KVFS_OPT("max_threads=%u", max_threads),
+    KVFS_OPT("lane_meta=%u", lane_meta),
+    KVFS_OPT("lane_read=%u", lane_read),
+    KVFS_OPT("lane_prefetch=%u", lane_prefetch),
+    KVFS_OPT("lane_write=%u", lane_write),
+    KVFS_OPT("lane_delete=%u", lane_delete),
     KVFS_OPT("log_level=%s", log_level),
     KVFS_OPT("fault_injection", fault_injection),
     // Options mount(8) passes from fstab that libfuse 3.14 refuses; they
@@ -284,6 +294,8 @@ int main(int argc, char** argv) {
   }
   kvfs::fs::FileSystemOptions fsopt;
   fsopt.cache_bytes = static_cast<uint64_t>(cfg.cache_mb) << 20;
+  fsopt.lane_commands = {cfg.lane_meta, cfg.lane_read, cfg.lane_prefetch, cfg.lane_write,
+                         cfg.lane_delete};
   fsopt.prefetch_file_max_bytes = static_cast<uint64_t>(cfg.prefetch_max_mb) << 20;
   fsopt.prefetch_budget_bytes = static_cast<uint64_t>(cfg.prefetch_budget_mb) << 20;
   if (cfg.prefetch != nullptr) {

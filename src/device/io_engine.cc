@@ -151,6 +151,11 @@ class IoEngine::Impl {
   // kernel serializes submitters and never consumes an SQE twice.
   void Enter(Ring& r, bool wait);
   void Prep(io_uring_sqe* sqe, Command* c) const;
+  // The registered piece of the staging pool that holds `p`.
+  static constexpr size_t kFixedPieceBytes = size_t{1} << 30;
+  int FixedIndex(const char* p) const {
+    return static_cast<int>((p - static_cast<const char*>(pool_->region())) / kFixedPieceBytes);
+  }
   void RunCompletions(unsigned ring_index);
   // REQUIRES: the ring's mu held
   void HandleCqe(Command* c, int res, std::vector<Command*>* retry,
@@ -212,9 +217,15 @@ Status IoEngine::Impl::Init() {
       return Status::Error(-ret, "io engine: io_uring_register_files on ring " + std::to_string(i));
     }
     if (pool_) {
-      // One iovec covering the whole pool: buf_index is always 0.
-      iovec iov{pool_->region(), pool_->region_bytes()};
-      ret = io_uring_register_buffers(u, &iov, 1);
+      // The kernel takes registered buffers of at most 1 GiB each, so the
+      // pool is registered in 1 GiB pieces; a command's buf_index is its
+      // piece (FixedIndex()).
+      std::vector<iovec> iovs;
+      for (size_t off = 0; off < pool_->region_bytes(); off += kFixedPieceBytes) {
+        iovs.push_back(iovec{static_cast<char*>(pool_->region()) + off,
+                             std::min(kFixedPieceBytes, pool_->region_bytes() - off)});
+      }
+      ret = io_uring_register_buffers(u, iovs.data(), static_cast<unsigned>(iovs.size()));
       if (ret < 0) {
         return Status::Error(-ret, "io engine: io_uring_register_buffers (" +
                                        std::to_string(pool_->region_bytes()) +
@@ -347,7 +358,8 @@ void IoEngine::Impl::Submit(std::span<IoRequest> reqs) {
         c.buf = static_cast<char*>(r.buf) + off;
         c.byte_off = r.byte_off + off;
         c.len = static_cast<uint32_t>(std::min<uint64_t>(options_.max_command_bytes, r.len - off));
-        c.fixed = pool_ != nullptr && pool_->Contains(c.buf, c.len);
+        c.fixed = pool_ != nullptr && pool_->Contains(c.buf, c.len) &&
+                  FixedIndex(c.buf) == FixedIndex(c.buf + c.len - 1);
         nfixed += c.fixed;
       }
       tls_batches[(start + k) % nrings].push_back(&c);
@@ -390,14 +402,14 @@ void IoEngine::Impl::Prep(io_uring_sqe* sqe, Command* c) const {
     switch (c->op) {
       case IoOp::kRead:
         if (c->fixed) {
-          io_uring_prep_read_fixed(sqe, file, buf, len, off, 0);
+          io_uring_prep_read_fixed(sqe, file, buf, len, off, FixedIndex(buf));
         } else {
           io_uring_prep_read(sqe, file, buf, len, off);
         }
         break;
       case IoOp::kWrite:
         if (c->fixed) {
-          io_uring_prep_write_fixed(sqe, file, buf, len, off, 0);
+          io_uring_prep_write_fixed(sqe, file, buf, len, off, FixedIndex(buf));
         } else {
           io_uring_prep_write(sqe, file, buf, len, off);
         }

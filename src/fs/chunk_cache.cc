@@ -80,7 +80,7 @@ std::shared_ptr<CachedChunk> ChunkCache::StartLoad(uint64_t owner, uint64_t chun
   }
   if (!MakeRoomLocked(capacity)) return nullptr;
   auto c = std::make_shared<CachedChunk>();
-  c->data.reset(static_cast<char*>(std::aligned_alloc(4096, capacity)));
+  c->data = LargeBuffer::Allocate(capacity);
   if (!c->data) return nullptr;
   c->capacity = capacity;
   c->version = version;

@@ -31,17 +31,15 @@
 #include <tuple>
 #include <vector>
 
+#include "common/large_buffer.h"
 #include "fs/file_system.h"
 
 namespace kvfs::fs {
 
 struct CachedChunk {
-  struct FreeDeleter {
-    void operator()(char* p) const { std::free(p); }
-  };
   enum class State { kLoading, kReady, kFailed };
 
-  std::unique_ptr<char, FreeDeleter> data;  // kBlockSize aligned, `capacity` bytes
+  LargeBuffer data;  // kBlockSize aligned, at least `capacity` bytes
   uint64_t capacity = 0;
   uint64_t version = 0;
   bool prefetched = false;

@@ -14,10 +14,20 @@ namespace kvfs::fs {
 
 // ---------------------------------------------------------------- Impl core
 
+io::SchedulerOptions FileSystem::Impl::LaneOptions(const volume::Volume& volume,
+                                                   const FileSystemOptions& options) {
+  io::SchedulerOptions o = io::SchedulerOptions::ForEngine(volume.engine_options());
+  for (size_t i = 0; i < io::kLaneCount; ++i) {
+    if (options.lane_commands[i] == 0) continue;
+    o.limits[i].max_commands = options.lane_commands[i];
+    o.limits[i].max_bytes = uint64_t{options.lane_commands[i]} * o.command_bytes;
+  }
+  return o;
+}
+
 FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options)
     : volume_(volume),
-      sched_(std::make_unique<io::Scheduler>(
-          volume.io(), io::SchedulerOptions::ForEngine(volume.engine_options()))),
+      sched_(std::make_unique<io::Scheduler>(volume.io(), LaneOptions(volume, options))),
       pool_(volume.buffers()),
       options_(options),
       cache_(std::make_unique<ChunkCache>(options.cache_bytes)) {
@@ -399,6 +409,7 @@ FileSystem::~FileSystem() = default;
 Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
                                                        const FileSystemOptions& options) {
   if (volume.read_only()) return Status::Error(EROFS, "FileSystem needs a read-write volume");
+  KVFS_RETURN_IF_ERROR(Impl::LaneOptions(volume, options).Validate());
   auto impl = std::make_unique<Impl>(volume, options);
   KVFS_ASSIGN_OR_RETURN(InodeRef root, impl->GetInode(kRootIno));
   {

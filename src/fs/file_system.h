@@ -31,6 +31,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 
 #include <cstdint>
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "io/lane.h"
 #include "volume/volume.h"
 
 namespace kvfs::fs {
@@ -107,6 +109,12 @@ struct FileSystemOptions {
   uint64_t prefetch_file_max_bytes = 64ull << 20;
   // Speculative (prefetched, not yet read) bytes allowed in the cache.
   uint64_t prefetch_budget_bytes = 512ull << 20;
+  // In-flight device commands of each lane, indexed by io::LaneIndex; 0
+  // keeps the default derived from the engine (README "Lanes"). A lane's
+  // byte bound becomes commands x the engine's command size. Write +
+  // prefetch must stay below the device's commands, so that reads always
+  // find room (Create() fails with EINVAL otherwise).
+  std::array<uint32_t, io::kLaneCount> lane_commands{};
 };
 
 struct CacheStats {

@@ -72,6 +72,9 @@ class FileSystem::Impl {
   Status DropCache();
   StatsSnapshot Stats();
   static Attr ToAttr(const index::Inode& rec);
+  // The scheduler's options: the engine's defaults with options.lane_commands.
+  static io::SchedulerOptions LaneOptions(const volume::Volume& volume,
+                                          const FileSystemOptions& options);
   static int64_t NowNs();
 
   // --- namespace_ops.cc

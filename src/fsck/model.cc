@@ -306,7 +306,8 @@ Result<std::string> Model::MoveToLostFound(uint32_t idx) {
   if (r.name != kNone && entries[r.name].parent_idx == lost_found) {
     return "/lost+found/" + std::string(Name(entries[r.name]));  // there already
   }
-  std::string base = "#" + std::to_string(r.ino);
+  std::string base = "#";  // not "#" + to_string(): GCC 12 -O3 warns falsely
+  base += std::to_string(r.ino);
   const uint32_t old = r.orig_name != kNone ? r.orig_name : r.name;
   if (old != kNone) {
     base += '-';
@@ -316,7 +317,8 @@ Result<std::string> Model::MoveToLostFound(uint32_t idx) {
   std::string name = base;
   const uint64_t lf_ino = inodes[lost_found].ino;
   for (int k = 1; FindEntry(lf_ino, name) != kNone; ++k) {
-    const std::string suffix = "." + std::to_string(k);
+    std::string suffix = ".";
+    suffix += std::to_string(k);
     name = base.substr(0, kMaxNameLen - suffix.size()) + suffix;
   }
   if (r.name != kNone) entries[r.name].flags |= entry_flags::kDeleted;
