@@ -20,7 +20,7 @@ using testing::TempDir;
 
 TEST(BlockDevice, MissingFileIsENOENT) {
   TempDir dir;
-  auto r = BlockDevice::Open(dir.File("nope"), false);
+  auto r = BlockDevice::Open(dir.Join("nope"), false);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ENOENT);
   EXPECT_NE(r.status().context().find("nope"), std::string::npos);
@@ -37,32 +37,32 @@ TEST(BlockDevice, DirectoryIsEINVAL) {
 
 TEST(BlockDevice, FifoIsEINVAL) {
   TempDir dir;
-  ASSERT_EQ(::mkfifo(dir.File("fifo").c_str(), 0600), 0);
-  EXPECT_EQ(BlockDevice::Open(dir.File("fifo"), false).status().code(), EINVAL);
+  ASSERT_EQ(::mkfifo(dir.Join("fifo").c_str(), 0600), 0);
+  EXPECT_EQ(BlockDevice::Open(dir.Join("fifo"), false).status().code(), EINVAL);
 }
 
 TEST(BlockDevice, SizeNotBlockMultipleIsEINVAL) {
   TempDir dir;
-  MakeImage(dir.File("img"), 8192 + 512);
-  EXPECT_EQ(BlockDevice::Open(dir.File("img"), false).status().code(), EINVAL);
+  MakeImage(dir.Join("img"), 8192 + 512);
+  EXPECT_EQ(BlockDevice::Open(dir.Join("img"), false).status().code(), EINVAL);
 }
 
 TEST(BlockDevice, OpensRegularFileWithItsSize) {
   TempDir dir;
-  MakeImage(dir.File("img"), 4 << 20);
-  auto r = BlockDevice::Open(dir.File("img"), false);
+  MakeImage(dir.Join("img"), 4 << 20);
+  auto r = BlockDevice::Open(dir.Join("img"), false);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->size_bytes(), 4u << 20);
   EXPECT_FALSE((*r)->is_block_device());
   EXPECT_FALSE((*r)->read_only());
-  EXPECT_EQ((*r)->path(), dir.File("img"));
+  EXPECT_EQ((*r)->path(), dir.Join("img"));
 }
 
 TEST(BlockDevice, SecondExclusiveLockIsEBUSYUntilFirstCloses) {
   TempDir dir;
-  MakeImage(dir.File("img"), 1 << 20);
-  auto a = BlockDevice::Open(dir.File("img"), false);
-  auto b = BlockDevice::Open(dir.File("img"), false);
+  MakeImage(dir.Join("img"), 1 << 20);
+  auto a = BlockDevice::Open(dir.Join("img"), false);
+  auto b = BlockDevice::Open(dir.Join("img"), false);
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE((*a)->LockExclusive().ok());
   Status st = (*b)->LockExclusive();
@@ -75,10 +75,10 @@ TEST(BlockDevice, SecondExclusiveLockIsEBUSYUntilFirstCloses) {
 
 TEST(BlockDevice, SharedLocksCoexistButExcludeExclusive) {
   TempDir dir;
-  MakeImage(dir.File("img"), 1 << 20);
-  auto a = BlockDevice::Open(dir.File("img"), true);
-  auto b = BlockDevice::Open(dir.File("img"), true);
-  auto c = BlockDevice::Open(dir.File("img"), false);
+  MakeImage(dir.Join("img"), 1 << 20);
+  auto a = BlockDevice::Open(dir.Join("img"), true);
+  auto b = BlockDevice::Open(dir.Join("img"), true);
+  auto c = BlockDevice::Open(dir.Join("img"), false);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_TRUE((*a)->LockShared().ok());
   EXPECT_TRUE((*b)->LockShared().ok());
@@ -87,8 +87,8 @@ TEST(BlockDevice, SharedLocksCoexistButExcludeExclusive) {
 
 TEST(BlockDevice, WriteAtReadAtRoundTrip) {
   TempDir dir;
-  MakeImage(dir.File("img"), 1 << 20);
-  auto dev = BlockDevice::Open(dir.File("img"), false);
+  MakeImage(dir.Join("img"), 1 << 20);
+  auto dev = BlockDevice::Open(dir.Join("img"), false);
   ASSERT_TRUE(dev.ok());
   auto w = Aligned(64 << 10), r = Aligned(64 << 10);
   FillPattern(w.get(), 64 << 10, 7);
@@ -100,8 +100,8 @@ TEST(BlockDevice, WriteAtReadAtRoundTrip) {
 
 TEST(BlockDevice, UnalignedOrPastEndIsAnError) {
   TempDir dir;
-  MakeImage(dir.File("img"), 1 << 20);
-  auto dev = BlockDevice::Open(dir.File("img"), false);
+  MakeImage(dir.Join("img"), 1 << 20);
+  auto dev = BlockDevice::Open(dir.Join("img"), false);
   ASSERT_TRUE(dev.ok());
   auto b = Aligned(8192);
   EXPECT_EQ((*dev)->ReadAt(512, b.get(), 4096).code(), EINVAL);
@@ -112,8 +112,8 @@ TEST(BlockDevice, UnalignedOrPastEndIsAnError) {
 
 TEST(BlockDevice, ReadOnlyRefusesWrites) {
   TempDir dir;
-  MakeImage(dir.File("img"), 1 << 20);
-  auto dev = BlockDevice::Open(dir.File("img"), true);
+  MakeImage(dir.Join("img"), 1 << 20);
+  auto dev = BlockDevice::Open(dir.Join("img"), true);
   ASSERT_TRUE(dev.ok());
   auto b = Aligned(4096);
   EXPECT_EQ((*dev)->WriteAt(0, b.get(), 4096).code(), EROFS);
@@ -122,8 +122,8 @@ TEST(BlockDevice, ReadOnlyRefusesWrites) {
 
 TEST(BlockDevice, SuperblockRoundTripsThroughTheDevice) {
   TempDir dir;
-  MakeImage(dir.File("img"), kMinDeviceBytes);
-  auto dev = BlockDevice::Open(dir.File("img"), false);
+  MakeImage(dir.Join("img"), kMinDeviceBytes);
+  auto dev = BlockDevice::Open(dir.Join("img"), false);
   ASSERT_TRUE(dev.ok());
   Superblock sb;
   sb.format_version = kFormatVersion;
@@ -135,7 +135,7 @@ TEST(BlockDevice, SuperblockRoundTripsThroughTheDevice) {
   sb.data_length = kMinDeviceBytes - kDataStart;
   ASSERT_TRUE((*dev)->WriteSuperblock(sb).ok());
   dev->reset();
-  auto again = BlockDevice::Open(dir.File("img"), true);
+  auto again = BlockDevice::Open(dir.Join("img"), true);
   ASSERT_TRUE(again.ok());
   auto read = (*again)->ReadSuperblock();
   ASSERT_TRUE(read.ok()) << read.status().ToString();
@@ -144,20 +144,20 @@ TEST(BlockDevice, SuperblockRoundTripsThroughTheDevice) {
 
 TEST(BlockDevice, FreshImageHasNoSuperblock) {
   TempDir dir;
-  MakeImage(dir.File("img"), 1 << 20);
-  auto dev = BlockDevice::Open(dir.File("img"), true);
+  MakeImage(dir.Join("img"), 1 << 20);
+  auto dev = BlockDevice::Open(dir.Join("img"), true);
   ASSERT_TRUE(dev.ok());
   auto r = (*dev)->ReadSuperblock();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), EINVAL);
-  EXPECT_NE(r.status().context().find(dir.File("img") + ": not a kvfs device"),
+  EXPECT_NE(r.status().context().find(dir.Join("img") + ": not a kvfs device"),
             std::string::npos);
 }
 
 TEST(BlockDevice, DataRegionPastDeviceEndIsRejected) {
   TempDir dir;
-  MakeImage(dir.File("img"), kMinDeviceBytes);
-  auto dev = BlockDevice::Open(dir.File("img"), false);
+  MakeImage(dir.Join("img"), kMinDeviceBytes);
+  auto dev = BlockDevice::Open(dir.Join("img"), false);
   ASSERT_TRUE(dev.ok());
   Superblock sb;
   sb.format_version = kFormatVersion;

@@ -42,7 +42,7 @@ constexpr uint64_t k64K = 64 << 10;
 class PowerCutTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    image_ = dir_.File("img");
+    image_ = dir_.Join("img");
     MakeImage(image_, 16 * kMiB);
     Start();
   }

@@ -101,7 +101,7 @@ std::vector<Status> RunAtDepth(BlockIo& io, size_t n, size_t depth,
 class IoEngineTest : public ::testing::Test {
  protected:
   void Open(uint64_t bytes, IoEngineOptions options = {}) {
-    image_ = dir_.File("img");
+    image_ = dir_.Join("img");
     MakeImage(image_, bytes);
     auto dev = BlockDevice::Open(image_, false);
     ASSERT_TRUE(dev.ok()) << dev.status().ToString();
@@ -270,7 +270,7 @@ TEST_F(IoEngineTest, FixedBufferPathIsUsedOnlyForPoolBuffers) {
 TEST_F(IoEngineTest, WorksWithTheStagingPoolDisabled) {
   IoEngineOptions opt;
   opt.staging_pool_bytes = 0;
-  image_ = dir_.File("img");
+  image_ = dir_.Join("img");
   MakeImage(image_, 4 * kMiB);
   auto dev = BlockDevice::Open(image_, false);
   ASSERT_TRUE(dev.ok());
@@ -361,7 +361,7 @@ TEST_F(IoEngineTest, InvalidRequestsFailWithEINVALAndOnlyThemselves) {
 }
 
 TEST_F(IoEngineTest, WriteToReadOnlyDeviceIsEROFS) {
-  image_ = dir_.File("img");
+  image_ = dir_.Join("img");
   MakeImage(image_, 4 * kMiB);
   auto dev = BlockDevice::Open(image_, true);
   ASSERT_TRUE(dev.ok());
@@ -595,7 +595,7 @@ TEST_F(IoEngineTest, FlushSubmittedFromWriteCompletionSucceeds) {
 
 TEST_F(IoEngineTest, TwoDevicesAreAddressedByIndex) {
   ASSERT_NO_FATAL_FAILURE(Open(4 * kMiB));
-  std::string second = dir_.File("img2");
+  std::string second = dir_.Join("img2");
   MakeImage(second, 8 * kMiB);
   auto dev2 = BlockDevice::Open(second, false);
   ASSERT_TRUE(dev2.ok());
@@ -640,8 +640,8 @@ TEST_F(IoEngineTest, CompletionThreadsSleepWhenIdle) {
 
 TEST(IoEngineCreate, RejectsBadOptions) {
   TempDir dir;
-  MakeImage(dir.File("img"), kMiB);
-  auto dev = BlockDevice::Open(dir.File("img"), false);
+  MakeImage(dir.Join("img"), kMiB);
+  auto dev = BlockDevice::Open(dir.Join("img"), false);
   ASSERT_TRUE(dev.ok());
   IoEngineOptions opt;
   opt.staging_pool_bytes = kMiB;

@@ -1,5 +1,5 @@
-// Test helpers for device/: a scratch directory under /var/tmp (a real disk
-// filesystem, so O_DIRECT works; /tmp may be tmpfs) and aligned buffers.
+// Test helpers for device/: image files in a TempDir (tests/util) and
+// aligned buffers.
 #pragma once
 
 #include <fcntl.h>
@@ -16,28 +16,11 @@
 #include <string>
 
 #include "common/format.h"
+#include "util/temp_dir.h"
 
 namespace kvfs::device::testing {
 
-// A fresh directory /var/tmp/kvfs-test-XXXXXX, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/var/tmp/kvfs-test-XXXXXX";
-    char* p = ::mkdtemp(tmpl);
-    if (p == nullptr) ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using kvfs::testing::TempDir;
 
 // Creates (or resizes) `path` to `bytes`, allocated on disk (fallocate), so
 // O_DIRECT writes do not race block allocation in odd ways.

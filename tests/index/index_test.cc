@@ -24,12 +24,12 @@
 #include <vector>
 
 #include "common/format.h"
-#include "temp_dir.h"
+#include "util/temp_dir.h"
 
 namespace kvfs::index {
 namespace {
 
-using testing::TempDir;
+using kvfs::testing::TempDir;
 
 VolumeRecord SampleVolume() {
   VolumeRecord v;
@@ -61,7 +61,7 @@ Inode FileInode(uint64_t ino, int extents) {
 
 class IndexTest : public ::testing::Test {
  protected:
-  std::string dir() const { return tmp_.sub("idx"); }
+  std::string dir() const { return tmp_.Join("idx"); }
 
   std::unique_ptr<Index> CreateIndex() {
     auto r = Index::Create(dir(), volume_, 1000, 1001);
@@ -130,7 +130,7 @@ TEST_F(IndexTest, CreateWhileTheIndexIsOpenFailsWithEexist) {
 }
 
 TEST_F(IndexTest, CreateInAMissingParentFailsWithEnoent) {
-  auto r = Index::Create(tmp_.sub("no/such/dir"), volume_, 0, 0);
+  auto r = Index::Create(tmp_.Join("no/such/dir"), volume_, 0, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ENOENT) << r.status().ToString();
 }

@@ -2,8 +2,11 @@
 // /tmp may be tmpfs), removed with its contents on destruction.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -14,16 +17,18 @@ class TempDir {
   TempDir() {
     char tmpl[] = "/var/tmp/kvfs-test-XXXXXX";
     char* p = mkdtemp(tmpl);
+    if (p == nullptr) ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
     path_ = p ? p : "";
   }
   ~TempDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
   const std::string& path() const { return path_; }
+  // A path inside the directory (not created).
   std::string Join(const std::string& name) const { return path_ + "/" + name; }
 
  private:
