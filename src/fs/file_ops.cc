@@ -290,9 +290,10 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
     }
     const uint64_t size = inode->rec.size;
     const uint64_t chunk_valid = size > cstart ? std::min(kChunkBytes, size - cstart) : 0;
-    std::memset(data, 0, kChunkBytes);
+    cb->clean = 0;
     if (cs.inflight) {
       std::memcpy(data, cs.inflight->buf.data(), cs.inflight->valid);
+      cb->clean = cs.inflight->valid;
       cb->valid = std::max(cs.inflight->valid, chunk_valid);
     } else if (!cs.extents.empty() && !(write_lo == 0 && write_hi >= chunk_valid)) {
       // Partial overwrite of data on the device: read it first (rare for KV
@@ -300,6 +301,8 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
       // inode lock: completions take it. Retry if the chunk changed meanwhile.
       std::vector<index::FileExtent> extents = cs.extents;
       const uint64_t seq = cs.installed_seq;
+      std::memset(data, 0, kChunkBytes);  // holes between the extents read as zeros
+      cb->clean = kChunkBytes;
       lock.unlock();
       Status st;
       for (const index::FileExtent& fe : extents) {
@@ -381,7 +384,9 @@ Result<size_t> FileSystem::Impl::WriteInner(uint64_t fh, uint64_t off,
       }
       cb.alloc.insert(cb.alloc.end(), more->begin(), more->end());
     }
+    cb.ZeroTo(lo);  // a gap before this write reads as zeros
     std::memcpy(cb.buf.data() + lo, data.data() + (pos - off), hi - lo);
+    cb.clean = std::max(cb.clean, hi);
     cb.valid = std::max(cb.valid, hi);
     pos = cstart + hi;
     if (pos > i->rec.size) i->rec.size = pos;
@@ -407,6 +412,7 @@ void FileSystem::Impl::SubmitChunk(const InodeRef& inode, uint64_t ci) {
   std::shared_ptr<ChunkBuf> cb = std::move(cs.staged);
   cs.staged.reset();
   const uint64_t bytes = AlignUp(cb->valid, kBlockSize);
+  cb->ZeroTo(bytes);  // the device gets zeros, not garbage, after the content
   // Keep exactly `bytes` of the reservation; return the rest.
   std::vector<Extent> keep, spare;
   uint64_t left = bytes;
@@ -574,7 +580,7 @@ void FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
       auto it2 = inode->chunks.find(ci);
       if (it2 != inode->chunks.end() && it2->second.staged) {
         ChunkBuf& cb = *it2->second.staged;
-        std::memset(cb.buf.data() + cut, 0, kChunkBytes - cut);
+        cb.clean = std::min(cb.clean, cut);  // the cut bytes are garbage now
         cb.valid = std::min(cb.valid, cut);
       }
     }
@@ -651,7 +657,10 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
         break;
       }
       if (mem) {
-        std::memcpy(dst + (pos - off), mem->buf.data() + (pos - cstart), hi - pos);
+        // Past `clean` (a truncate grew the file) the chunk reads as zeros.
+        const uint64_t have = std::clamp(cstart + mem->clean, pos, hi);
+        std::memcpy(dst + (pos - off), mem->buf.data() + (pos - cstart), have - pos);
+        std::memset(dst + (have - off), 0, hi - have);
       } else {
         std::memset(dst + (pos - off), 0, hi - pos);  // holes stay zero
         std::shared_ptr<CachedChunk> cached;

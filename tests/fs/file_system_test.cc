@@ -131,6 +131,45 @@ TEST_F(FsTest, TruncateShrinkThenGrowReadsZeros) {
   EXPECT_EQ(*Load(kRootIno, "t"), expect);
 }
 
+// Staging buffers are reused without being cleared first. A pool of 8
+// buffers, all filled with non-zero bytes before the test writes sparsely.
+class SmallPoolTest : public FsTest {
+  volume::VolumeOptions VolumeOpts() override {
+    volume::VolumeOptions o = FsTest::VolumeOpts();
+    o.engine.staging_pool_bytes = 8 << 20;
+    return o;
+  }
+};
+
+TEST_F(SmallPoolTest, GapsAndGrownTailsOfReusedStagingBuffersReadAsZeros) {
+  // No old byte may show through, from staging or from the device.
+  Store(kRootIno, "junk", std::string(16 << 20, '\xAB'));
+  auto c = fs_->Create(kRootIno, "sparse", 0644, O_RDWR, Caller{});
+  ASSERT_TRUE(c.ok());
+  std::string model(900000, '\0');
+  std::string a = Pattern(4096, 1), b = Pattern(5000, 2);
+  ASSERT_TRUE(fs_->Write(c->fh, 0, a).ok());
+  ASSERT_TRUE(fs_->Write(c->fh, 524288, b).ok());  // a gap inside the staged chunk
+  model.replace(0, a.size(), a);
+  model.replace(524288, b.size(), b);
+  SetAttrRequest grow;
+  grow.size = model.size();  // a tail past the written bytes
+  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, grow, c->fh).ok());
+  EXPECT_EQ(*ReadFh(c->fh, 0, model.size()), model);  // from staging
+  ASSERT_TRUE(FsyncFh(c->fh).ok());
+  EXPECT_EQ(*ReadFh(c->fh, 0, model.size()), model);  // written out
+  SetAttrRequest shrink;
+  shrink.size = 4000;  // the rest of the staged chunk is garbage again
+  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, shrink, c->fh).ok());
+  grow.size = 700000;
+  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, grow, c->fh).ok());
+  model = model.substr(0, 4000) + std::string(700000 - 4000, '\0');
+  EXPECT_EQ(*ReadFh(c->fh, 0, model.size()), model);
+  fs_->Release(c->fh);
+  Remount();
+  EXPECT_EQ(*Load(kRootIno, "sparse"), model);
+}
+
 TEST_F(FsTest, PartialOverwritesAndHolesReadBackExactly) {
   // Dynamo-style: a preallocated slab written at offsets.
   auto c = fs_->Create(kRootIno, "slab", 0644, O_RDWR, Caller{});
