@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <cstdlib>
+
 #include <mutex>
 #include <vector>
 
@@ -24,6 +26,10 @@ FreeList& Recycled() {
 LargeBuffer LargeBuffer::Allocate(size_t bytes) {
   if (bytes == 0) return {};
   const size_t size = (bytes + 4095) & ~size_t{4095};
+  if (size < kHeapBytes) {
+    void* p = std::aligned_alloc(4096, size);
+    return p ? LargeBuffer(static_cast<char*>(p), size) : LargeBuffer();
+  }
   if (size == kRecycledBytes) {
     FreeList& fl = Recycled();
     std::lock_guard<std::mutex> l(fl.mu);
@@ -40,6 +46,10 @@ LargeBuffer LargeBuffer::Allocate(size_t bytes) {
 
 void LargeBuffer::Release() {
   if (data_ == nullptr) return;
+  if (size_ < kHeapBytes) {
+    std::free(std::exchange(data_, nullptr));
+    return;
+  }
   if (size_ == kRecycledBytes) {
     FreeList& fl = Recycled();
     std::lock_guard<std::mutex> l(fl.mu);

@@ -7,7 +7,9 @@
 // (tests/integration/test_queue_depth.py). mmap'd memory goes back to the
 // kernel when freed. Buffers of exactly kRecycledBytes (a whole chunk, the
 // common case) are kept on a bounded free list instead, so that a steady
-// load does not pay a page fault per 4 KiB for every chunk.
+// load does not pay a page fault per 4 KiB for every chunk. Small buffers
+// (below kHeapBytes: small files, lookup prefetches of them) come from
+// malloc, where a syscall per buffer would cost more than the buffer.
 //
 // Thread safety: LargeBuffer objects are not shared; Allocate() and the
 // destructor may run on any thread.
@@ -23,6 +25,7 @@ class LargeBuffer {
   static constexpr size_t kRecycledBytes = size_t{1} << 20;
   // Whole free buffers kept for reuse, at most (the fixed memory overhead).
   static constexpr size_t kMaxRecycled = 64;
+  static constexpr size_t kHeapBytes = size_t{128} << 10;
 
   // `bytes` rounded up to 4096; an empty buffer (data() == nullptr) when
   // the kernel has no memory, or for 0 bytes.
