@@ -19,8 +19,10 @@ Workloads (--workloads, comma separated; default all):
            what the connector waits for (write-back happens later, on both).
   lookup   stat storms from one thread, cold caches: names that exist, and
            names that do not.
-  batch    the kvfs batch ioctl through its Python module; a "not available"
-           row while that module does not exist.
+  batch    the kvfs batch ioctl through its Python module (kvfs only): per
+           chunk size, N keys stored with one write_batch and, caches
+           dropped, loaded with one read_batch, from and into registered
+           memory; "not available" when the module cannot be imported.
   restore  time to load K chunks (64 x 4 MiB) with cold caches, on an idle
            volume and while a burst of stores (4 GiB, another process) drains.
 
@@ -403,6 +405,18 @@ class Pattern:
         return None
 
 
+def import_kvfs_module():
+    """The kvfs Python client (batch ioctl): installed, or python/ next to
+    tools/ when run from a source tree. None if neither is there."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
+    if importlib.util.find_spec("kvfs") is None and os.path.isdir(os.path.join(src, "kvfs")):
+        sys.path.insert(0, os.path.abspath(src))
+    try:
+        return importlib.import_module("kvfs")
+    except ImportError:
+        return None
+
+
 def key_names(directory, prefix, count):
     """LMCache-like chunk file names (model@world@worker@hash.data), as bytes
     paths plus their temp names; computed before timing."""
@@ -767,7 +781,7 @@ class Bench:
         if "restore" in c["workloads"]:
             n += c["rounds"] * fs
         if "batch" in c["workloads"]:
-            n += 1
+            n += c["rounds"] * len(c["sizes"])
         return n
 
     def record(self, **sample):
@@ -1065,20 +1079,69 @@ class Bench:
 
     # ------------------------------------------------------------ batch
 
-    def run_batch(self):
-        self.progress.step("batch ioctl")
-        spec = importlib.util.find_spec("kvfs")
-        if spec is None:
-            reason = "no kvfs Python module (the batch ioctl client is not built yet)"
-        else:
-            # The module exists: this workload must be taught its API (the
-            # test in tests/bench fails until then, on purpose).
-            reason = (f"kvfs Python module found at {spec.origin}, but kvfs-bench does not "
-                      "drive its batch API yet")
-        self.record(workload="batch", op="batch", fs="kvfs", mode="-", size=0, batches=1,
-                    round=0, value=None, unit="-", available=False, reason=reason)
-        self.mark("batch", "unavailable", None, reason)
-        self.progress.result("not available: " + reason)
+    def run_batch_round(self, rnd):
+        c = self.cfg
+        kvfs_mod = import_kvfs_module()
+        if kvfs_mod is None:
+            reason = "no kvfs Python module (python/kvfs in the source tree, or installed)"
+            if rnd == 0:
+                self.record(workload="batch", op="batch", fs="kvfs", mode="-", size=0,
+                            batches=1, round=0, value=None, unit="-", available=False,
+                            reason=reason)
+                self.mark("batch", "unavailable", None, reason)
+            for size in c["sizes"]:
+                self.progress.step(f"batch ioctl {fmt_size(size)}")
+                self.progress.result("not available: " + reason)
+            return
+        t = self.targets["kvfs"]
+        n = c["keys"]
+        for size in c["sizes"]:
+            self.progress.step(f"batch ioctl {fmt_size(size)} x{n} on kvfs "
+                               f"round {rnd + 1}/{c['rounds']}")
+            d = os.path.join(t.workdir, f"batch-r{rnd}-{fmt_size(size)}")
+            os.makedirs(d)
+            try:
+                with kvfs_mod.Client(d) as client:
+                    buf = client.register(n * size)
+                    names = [f"bench-model@8@b{rnd}@{i:05d}.data" for i in range(n)]
+                    offs = [self.pattern.next_offset() for _ in range(n)]
+                    for i in range(n):
+                        buf.view(i * size, size)[:] = self.pattern.data(offs[i], size)
+                    common = dict(workload="batch", fs="kvfs", mode="ioctl", size=size,
+                                  batches=1, keys=n, round=rnd, bytes=size * n)
+                    t0 = time.perf_counter()
+                    res = client.write_batch(
+                        [(names[i], buf.view(i * size, size)) for i in range(n)])
+                    secs = time.perf_counter() - t0
+                    failed = [r for r in res if not r.ok]
+                    if failed:
+                        raise BenchError(f"batch store: {len(failed)} of {n} keys failed; "
+                                         f"first: {failed[0].name}: {failed[0].error}")
+                    store = self.record(op="store", seconds=secs, value=size * n / secs / 1e6,
+                                        unit="MB/s", **common)
+                    buf.view()[:] = b"\xa5" * buf.size  # nothing stale can verify
+                    cold = t.cold()
+                    t0 = time.perf_counter()
+                    res = client.read_batch(names, buf, size=size)
+                    secs = time.perf_counter() - t0
+                    bad = []
+                    for i, r in enumerate(res):
+                        if not r.ok or r.value != size:
+                            bad.append(f"{names[i]}: {r.error or f'{r.value} bytes'}")
+                        elif buf.view(i * size, size) != self.pattern.data(offs[i], size):
+                            bad.append(f"{names[i]}: bytes differ from what was stored")
+                    load = self.record(op="load", seconds=secs, value=size * n / secs / 1e6,
+                                       unit="MB/s", verified=not bad, mismatches=len(bad),
+                                       cold=cold, **common)
+                    buf.close()
+                    if bad:
+                        raise BenchError(f"batch load ({fmt_size(size)}): {len(bad)} of {n} keys "
+                                         f"did not verify; first: {bad[0]}")
+                self.progress.result(f"store {store['value']:.0f} MB/s, "
+                                     f"load {load['value']:.0f} MB/s, verified")
+            finally:
+                if not self.stop.is_set():
+                    shutil.rmtree(d, ignore_errors=True)
 
     # ------------------------------------------------------------ restore
 
@@ -1254,20 +1317,19 @@ class Bench:
         self.pattern = Pattern(max(c["sizes"] + [c["restore_size"], BLOCK]), seed=c["seed"])
         if "fio" in c["workloads"]:
             self.run_workload("fio", self.run_fio)
-        needs_fs = [w for w in ("lmcache", "lookup", "restore") if w in c["workloads"]]
+        needs_fs = [w for w in ("lmcache", "lookup", "restore", "batch") if w in c["workloads"]]
         if needs_fs:
             self.setup_targets()
             failed = set()
             for rnd in range(c["rounds"]):
                 for w, fn in (("lmcache", self.run_lmcache_round),
                               ("lookup", self.run_lookup_round),
+                              ("batch", self.run_batch_round),
                               ("restore", self.run_restore_round)):
                     if w in needs_fs and w not in failed:
                         self.run_workload(w, lambda: fn(rnd))
                         if self.status.get(w, {}).get("status") == "failed":
                             failed.add(w)
-        if "batch" in c["workloads"]:
-            self.run_batch()
         self.progress.done()
 
 
@@ -1298,7 +1360,7 @@ def summarize(samples, cfg):
     groups = {}
     order = []
     for s in samples:
-        if s["workload"] in ("fio", "batch"):
+        if s["workload"] == "fio" or s.get("available") is False:
             continue
         key = (s["workload"], s["op"], s["mode"], s["size"], s["batches"])
         if key not in groups:
@@ -1315,7 +1377,7 @@ def summarize(samples, cfg):
                "kvfs": stats(g.get("kvfs", [])), "ext4": stats(g.get("ext4", [])),
                "limit": None, "limit_depth": None, "kvfs_vs_ext4": None, "kvfs_vs_limit": None}
         kv, ex = row["kvfs"], row["ext4"]
-        if workload == "lmcache":
+        if workload in ("lmcache", "batch"):
             lim = limit.get(("write" if op == "store" else "read", size))
             if lim:
                 row["limit"], row["limit_depth"] = lim
@@ -1332,8 +1394,7 @@ def summarize(samples, cfg):
             r = kv["median"] / row["limit"]
             row["kvfs_vs_limit"] = 1 / r if row["unit"] == "s" else r
         rows.append(row)
-    batch = [s for s in samples if s["workload"] == "batch"]
-    for s in batch:
+    for s in (s for s in samples if s.get("available") is False):
         rows.append({"workload": "batch", "op": "batch", "mode": "-", "size": 0, "batches": 1,
                      "keys": None, "unit": "-", "kvfs": None, "ext4": None, "limit": None,
                      "limit_depth": None, "kvfs_vs_ext4": None, "kvfs_vs_limit": None,
@@ -1394,10 +1455,10 @@ def format_report(fio_rows, rows, cfg):
     if rows:
         table, notes = [], []
         for r in rows:
-            if r["workload"] == "batch":
-                notes.append(f"batch     {r['note']}")
+            if "note" in r:
+                notes.append(f"{r['workload']:<9} {r['note']}")
                 continue
-            if r["workload"] == "lmcache":
+            if r["workload"] in ("lmcache", "batch"):
                 size = f"{fmt_size(r['size'])} x{r['keys']}"
             elif r["workload"] == "restore":
                 size = f"{r['keys']}x{fmt_size(r['size'])}"

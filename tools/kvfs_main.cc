@@ -71,9 +71,14 @@ constexpr const char* kUsage =
     "                        device commands in flight per lane (0: derived from\n"
     "                        rings; see README \"Lanes\")\n"
     "  log_level=L           trace, debug, info, warn, error, critical, off (info)\n"
+    "  verify=on|off         check every extent read from the device against its\n"
+    "                        crc32c; a mismatch fails the read with EIO (off)\n"
     "  fault_injection       tests only: device writes stay in a simulated volatile\n"
     "                        cache until flushed; SIGUSR1 cuts the power (drops them\n"
     "                        and fails all later I/O with EIO)\n"
+    "  fault_eio=RULE[/...]  tests only: device I/O overlapping a rule's byte range\n"
+    "                        fails with EIO; RULE is OP:OFFSET:LEN[:DEVICE], OP one\n"
+    "                        of read, write, flush; DEVICE counts from 0 (0)\n"
     "\n"
     "Other -o options go to libfuse and the kernel (see below with -h).\n";
 
@@ -93,7 +98,9 @@ struct Config {
   // In-flight commands per lane (0: default), io::Lane order.
   unsigned lane_meta = 0, lane_read = 0, lane_prefetch = 0, lane_write = 0, lane_delete = 0;
   char* log_level = nullptr;
+  char* verify = nullptr;
   int fault_injection = 0;
+  char* fault_eio = nullptr;
   int foreground = 0;
   int show_help = 0;
   int show_version = 0;
@@ -125,7 +132,9 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("lane_write=%u", lane_write),
     KVFS_OPT("lane_delete=%u", lane_delete),
     KVFS_OPT("log_level=%s", log_level),
+    KVFS_OPT("verify=%s", verify),
     KVFS_OPT("fault_injection", fault_injection),
+    KVFS_OPT("fault_eio=%s", fault_eio),
     // Options mount(8) passes from fstab that libfuse 3.14 refuses; they
     // mean nothing for kvfs (times are kept exactly), so they are dropped.
     FUSE_OPT_KEY("relatime", FUSE_OPT_KEY_DISCARD),
@@ -208,8 +217,70 @@ std::shared_ptr<spdlog::sinks::dist_sink_mt> SetUpLogging(const char* level_name
   return dist;
 }
 
+// -o fault_eio=RULE[/RULE...] (device-error tests): one failing range of
+// FaultInjectingIo::FailRange() per rule, "OP:OFFSET:LEN[:DEVICE]". Rules are
+// separated by '/' because libfuse splits -o at commas.
+struct FaultRule {
+  kvfs::device::IoOp op = kvfs::device::IoOp::kRead;
+  uint32_t device = 0;
+  uint64_t byte_off = 0;
+  uint64_t len = 0;
+};
+
+std::vector<FaultRule> ParseFaultRules(const std::string& spec, size_t devices) {
+  std::vector<FaultRule> rules;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find('/', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string rule = spec.substr(start, end - start);
+    std::vector<std::string> f;
+    for (size_t a = 0;;) {
+      size_t b = rule.find(':', a);
+      f.push_back(rule.substr(a, b == std::string::npos ? std::string::npos : b - a));
+      if (b == std::string::npos) break;
+      a = b + 1;
+    }
+    auto bad = [&](const std::string& why) {
+      Fail("fault_eio: rule '" + rule + "': " + why + " (want OP:OFFSET:LEN[:DEVICE])");
+    };
+    if (f.size() != 3 && f.size() != 4) bad("wrong number of fields");
+    FaultRule r;
+    if (f[0] == "read") {
+      r.op = kvfs::device::IoOp::kRead;
+    } else if (f[0] == "write") {
+      r.op = kvfs::device::IoOp::kWrite;
+    } else if (f[0] == "flush") {
+      r.op = kvfs::device::IoOp::kFlush;
+    } else {
+      bad("OP must be read, write or flush");
+    }
+    auto number = [&](const std::string& t, const char* what) -> uint64_t {
+      char* e = nullptr;
+      errno = 0;
+      unsigned long long v = std::strtoull(t.c_str(), &e, 0);
+      if (t.empty() || *e != '\0' || errno != 0 || t[0] == '-') {
+        bad(std::string(what) + " is not a number");
+      }
+      return v;
+    };
+    r.byte_off = number(f[1], "OFFSET");
+    r.len = number(f[2], "LEN");
+    if (r.len == 0 && r.op != kvfs::device::IoOp::kFlush) bad("LEN must not be 0");
+    if (f.size() == 4) {
+      uint64_t d = number(f[3], "DEVICE");
+      if (d >= devices) bad("DEVICE past the last device");
+      r.device = static_cast<uint32_t>(d);
+    }
+    rules.push_back(r);
+    start = end + 1;
+  }
+  return rules;
+}
+
 // -o fault_injection (crash tests): the volume's device I/O goes through a
-// FaultInjectingIo in power-cut mode, and SIGUSR1 cuts the power. The signal
+// FaultInjectingIo in power-cut mode, and SIGUSR1 cuts the power; with
+// -o fault_eio, through one with those failing ranges. The signal
 // is taken by sigwait() on a thread of its own (PowerCut() takes locks, so
 // it cannot run in a signal handler); main() blocks SIGUSR1 before any
 // thread exists so that only that thread receives it.
@@ -223,9 +294,11 @@ class PowerCutSwitch {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
   }
   // For VolumeOptions::wrap_io.
-  std::unique_ptr<kvfs::device::BlockIo> Wrap(kvfs::device::BlockIo& inner) {
+  std::unique_ptr<kvfs::device::BlockIo> Wrap(kvfs::device::BlockIo& inner, bool power_cut,
+                                              const std::vector<FaultRule>& rules) {
     auto io = std::make_unique<kvfs::device::FaultInjectingIo>(inner);
-    io->EnablePowerCutMode();
+    if (power_cut) io->EnablePowerCutMode();
+    for (const FaultRule& r : rules) io->FailRange(r.op, r.device, r.byte_off, r.len, EIO);
     io_ = io.get();
     return io;
   }
@@ -281,6 +354,8 @@ int main(int argc, char** argv) {
     std::free(cfg.index);
     std::free(cfg.log_level);
     std::free(cfg.prefetch);
+    std::free(cfg.verify);
+    std::free(cfg.fault_eio);
     return 0;
   }
   if (p.positional.size() < 2) {
@@ -308,6 +383,14 @@ int main(int argc, char** argv) {
       fsopt.prefetch = kvfs::fs::PrefetchMode::kLookup;
     } else {
       Fail("prefetch=" + mode + ": not one of off, open, lookup");
+    }
+  }
+  if (cfg.verify != nullptr) {
+    std::string v = cfg.verify;
+    if (v == "on") {
+      fsopt.verify_reads = true;
+    } else if (v != "off") {
+      Fail("verify=" + v + ": not one of on, off");
     }
   }
   auto log_sinks = SetUpLogging(cfg.log_level);
@@ -344,9 +427,13 @@ int main(int argc, char** argv) {
   // calling thread.
   kvfs::fuse::BlockTerminationSignals();
   PowerCutSwitch power;
-  if (cfg.fault_injection) {
-    PowerCutSwitch::BlockSignal();
-    vopt.wrap_io = [&power](kvfs::device::BlockIo& inner) { return power.Wrap(inner); };
+  std::vector<FaultRule> fault_rules;
+  if (cfg.fault_eio != nullptr) fault_rules = ParseFaultRules(cfg.fault_eio, devices.size());
+  if (cfg.fault_injection) PowerCutSwitch::BlockSignal();
+  if (cfg.fault_injection || !fault_rules.empty()) {
+    vopt.wrap_io = [&power, &cfg, &fault_rules](kvfs::device::BlockIo& inner) {
+      return power.Wrap(inner, cfg.fault_injection != 0, fault_rules);
+    };
   }
   // The FUSE session first: bad options fail before the volume is touched.
   kvfs::fuse::MountOptions mopt;
@@ -388,7 +475,11 @@ int main(int argc, char** argv) {
         "kvfs", LOG_PID, LOG_DAEMON, /*enable_formatting=*/false)});
     detacher->Ready();
   }
-  spdlog::info("mounted {} at {}", devices[0], mountpoint);
+  spdlog::info("mounted {} at {}{}", devices[0], mountpoint,
+               fsopt.verify_reads ? " (verify=on)" : "");
+  if (!fault_rules.empty()) {
+    spdlog::warn("fault_eio: {} failing device range(s) injected (test hook)", fault_rules.size());
+  }
 
   kvfs::Status run = (*mount)->Run();
   mount->reset();  // unmounted; every reply sent
@@ -405,5 +496,7 @@ int main(int argc, char** argv) {
   std::free(cfg.index);
   std::free(cfg.log_level);
   std::free(cfg.prefetch);
+  std::free(cfg.verify);
+  std::free(cfg.fault_eio);
   return run.ok() && shut.ok() ? 0 : 1;
 }

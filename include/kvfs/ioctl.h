@@ -44,15 +44,22 @@
  *
  * Results are in input order: entry i's status and result are written to
  * entry i. A call-level failure (the ioctl returns -1) writes no entry.
+ * Entries of one batch run concurrently: two entries naming the same file
+ * have no defined order between them.
  *
  * Errors of the call (ioctl returns -1, errno):
  *   EPROTO   version is not KVFS_ABI_VERSION
- *   EINVAL   reserved fields or flags not zero; count 0
+ *   EINVAL   reserved fields or flags not zero; count 0; table_off not
+ *            8-aligned
  *   E2BIG    count > KVFS_BATCH_MAX_ENTRIES
  *   EBADF    table_id is not a registration of the calling process
  *   EFAULT   the table lies outside its region (or unreadable memory)
  *   ENOTDIR  BATCH on an fd that is not a directory
  *   ENOMEM, EMFILE (REGISTER: too many registrations), ...
+ * REGISTER also: EBADF (no such fd), EACCES (fd not opened O_RDWR), EPERM
+ *   (the file is another user's), EINVAL (length 0, not a multiple of 4096
+ *   or of the hugetlbfs page, above KVFS_REGISTER_MAX_BYTES or the file's
+ *   size; not a regular tmpfs/hugetlbfs file). UNREGISTER: EBADF.
  * Errors of one entry (kvfs_batch_entry.status, a positive errno):
  *   ENOENT, EACCES, EPERM, EISDIR, ENOTDIR, ENAMETOOLONG, EXDEV, EINVAL
  *   (unknown op, flags not zero, READ of length 0, empty name), EBADF (bad
@@ -80,7 +87,9 @@ extern "C" {
 
 enum kvfs_op {
   /* Read file bytes [file_off, file_off + length) into the region; a file
-   * shorter than that gives fewer bytes. result = bytes read. */
+   * shorter than that gives fewer bytes. result = bytes read. Past EOF a
+   * zero-copy read may write zeros up to the next 4096-byte boundary of the
+   * region (never beyond `length`); the rest of the region is untouched. */
   KVFS_OP_READ = 1,
   /* Create or atomically replace the file `name` with the region's `length`
    * bytes (file_off must be 0). The name becomes visible only after its data

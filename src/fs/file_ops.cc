@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "common/crc32c.h"
 #include "common/format.h"
@@ -90,7 +91,10 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags) {
   {
     std::unique_lock<std::mutex> l(i->mu);
     if (i->is_dir()) return Status::Error(EISDIR, "open");
-    if (i->deleted) return Status::Error(ENOENT, "open of a removed file");
+    // Removed between the kernel's lookup and this open (a rename-over or
+    // unlink raced it): ESTALE makes the kernel look the name up again
+    // (do_filp_open retries with LOOKUP_REVAL) and open what it names now.
+    if (i->deleted) return Status::Error(ESTALE, "open of a removed file");
     if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY && i->rec.size > 0) {
       TruncateData(i, 0);
       i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
@@ -99,9 +103,7 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags) {
       Enqueue(c);
     }
     if ((flags & O_ACCMODE) != O_WRONLY && options_.prefetch != PrefetchMode::kOff) Prefetch(i);
-  }
-  {
-    std::lock_guard<std::mutex> t(table_mu_);
+    std::lock_guard<std::mutex> t(table_mu_);  // under i->mu: see DropLink
     i->opens++;
   }
   uint64_t fh = next_fh_++;
@@ -308,6 +310,9 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
       for (const index::FileExtent& fe : extents) {
         st = sched_->ReadSync(io::Lane::kRead, fe.ext.device, fe.ext.byte_off,
                               data + (fe.file_off - cstart), fe.ext.len);
+        if (st.ok() && verifier_.enabled()) {
+          st = verifier_.Check(inode->rec.ino, fe, data + (fe.file_off - cstart));
+        }
         if (!st.ok()) break;
       }
       lock.lock();
@@ -614,6 +619,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
     uint64_t out_off;   // where the wanted bytes go in the reply
     uint64_t skip;      // wanted bytes start this far into the device range
     uint64_t len;       // wanted bytes
+    std::optional<index::FileExtent> verify;  // verify=on: the whole extent is read, checked
   };
   std::vector<Piece> pieces;
   struct Wait {
@@ -623,6 +629,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
     uint64_t len;
   };
   std::vector<Wait> waits;
+  std::vector<device::IoRequest> loads;  // verify=on: whole chunks into the cache
   Status lost;
   std::unique_ptr<char, FreeDeleter> out;
   uint64_t len;
@@ -657,16 +664,32 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
         break;
       }
       if (mem) {
-        // Past `clean` (a truncate grew the file) the chunk reads as zeros.
-        const uint64_t have = std::clamp(cstart + mem->clean, pos, hi);
-        std::memcpy(dst + (pos - off), mem->buf.data() + (pos - cstart), have - pos);
-        std::memset(dst + (have - off), 0, hi - have);
+        mem->CopyOut(pos - cstart, hi - cstart, dst + (pos - off));
       } else {
         std::memset(dst + (pos - off), 0, hi - pos);  // holes stay zero
         std::shared_ptr<CachedChunk> cached;
         if (it != i->chunks.end() && !it->second.extents.empty()) {
           cached = cache_->Get(i->token, ci, it->second.installed_seq);
           if (cached && cached->state() == CachedChunk::State::kFailed) cached.reset();
+        }
+        if (!cached && verifier_.enabled() && it != i->chunks.end() &&
+            !it->second.extents.empty()) {
+          // verify=on: load the whole chunk once, checked (fs/read_verify.h).
+          const ChunkState& cs = it->second;
+          uint64_t capacity = 0;
+          for (const auto& fe : cs.extents) {
+            capacity = std::max(capacity, fe.file_off + fe.ext.len - cstart);
+          }
+          cached = cache_->StartLoad(i->token, ci, cs.installed_seq, capacity, false);
+          if (cached) {
+            i->reads_inflight++;
+            {
+              std::lock_guard<std::mutex> t(table_mu_);
+              i->pending_changes++;  // pinned until the load completes
+            }
+            AddVerifiedChunkLoad(verifier_, i->rec.ino, cstart, cs.extents, cached,
+                                 [this, i] { FinishDeviceRead(i); }, &loads);
+          }
         }
         if (cached) {
           // Served from RAM, now or when its load lands.
@@ -685,8 +708,16 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
             p.dev_len = AlignUp(p.skip + (b - a), kBlockSize);
             p.out_off = a - off;
             p.len = b - a;
+            if (verifier_.enabled()) {
+              // Its crc32c covers the whole extent: read all of it.
+              p.dev_off = fe.ext.byte_off;
+              p.skip = rel;
+              p.dev_len = fe.ext.len;
+              p.verify = fe;
+            }
             bool aligned_start = p.skip == 0 && p.out_off % kBlockSize == 0;
             bool fits = p.len % kBlockSize == 0 || b == end;  // tail slack is ours
+            if (p.verify) fits = p.dev_len == p.len || (b == end && p.out_off + p.dev_len <= cap);
             p.direct = aligned_start && fits ? dst + p.out_off : nullptr;
             pieces.push_back(p);
           }
@@ -700,6 +731,8 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
       i->pending_changes++;  // pinned until the reads complete
     }
   }
+  // Loads started are always submitted: readers may be waiting for them.
+  if (!loads.empty()) sched_->Submit(io::Lane::kRead, loads);
   if (!lost.ok()) return done(lost, {});
   if (pieces.empty() && waits.empty()) {
     return done(Status::OK(), std::span<const char>(out.get(), len));
@@ -766,8 +799,12 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
     r.byte_off = p.dev_off;
     r.buf = target;
     r.len = target ? p.dev_len : 0;
-    r.done = [rs, k, finish_one](Status st) {
+    r.done = [this, i, rs, k, finish_one](Status st) {
       const Piece& piece = rs->pieces[k];
+      if (st.ok() && piece.verify && (piece.direct || rs->bounce[k])) {
+        st = verifier_.Check(i->rec.ino, *piece.verify,
+                             piece.direct ? piece.direct : rs->bounce[k].get());
+      }
       if (st.ok() && !piece.direct && rs->bounce[k]) {
         std::memcpy(rs->out.get() + piece.out_off, rs->bounce[k].get() + piece.skip, piece.len);
       }
@@ -785,9 +822,10 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
 
 // ------------------------------------------------------------ prefetch
 
-void FileSystem::Impl::Prefetch(const InodeRef& inode) {
-  if (!inode->is_reg() || inode->deleted) return;
-  if (inode->rec.size > options_.prefetch_file_max_bytes) return;
+uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode) {
+  if (!inode->is_reg() || inode->deleted) return 0;
+  if (inode->rec.size > options_.prefetch_file_max_bytes) return 0;
+  uint64_t bytes = 0;
   std::vector<device::IoRequest> reqs;
   int loads = 0;
   for (auto& [ci, cs] : inode->chunks) {
@@ -799,6 +837,7 @@ void FileSystem::Impl::Prefetch(const InodeRef& inode) {
     auto entry = cache_->StartLoad(inode->token, ci, cs.installed_seq, capacity, true);
     if (!entry) continue;  // cached already, or no room
     ++loads;
+    bytes += capacity;
     auto left = std::make_shared<std::atomic<size_t>>(cs.extents.size());
     auto ok = std::make_shared<std::atomic<bool>>(true);
     for (const auto& fe : cs.extents) {
@@ -808,7 +847,11 @@ void FileSystem::Impl::Prefetch(const InodeRef& inode) {
       r.byte_off = fe.ext.byte_off;
       r.buf = entry->data.get() + (fe.file_off - cstart);
       r.len = fe.ext.len;
-      r.done = [this, inode, entry, left, ok, start = std::chrono::steady_clock::now()](Status st) {
+      r.done = [this, inode, entry, left, ok, fe, buf = r.buf,
+                start = std::chrono::steady_clock::now()](Status st) {
+        if (st.ok() && verifier_.enabled()) {
+          st = verifier_.Check(inode->rec.ino, fe, static_cast<const char*>(buf));
+        }
         if (!st.ok()) *ok = false;
         if (left->fetch_sub(1) != 1) return;
         metrics_.Record(Op::kPrefetch, ElapsedNs(start), entry->capacity);
@@ -819,13 +862,14 @@ void FileSystem::Impl::Prefetch(const InodeRef& inode) {
       reqs.push_back(std::move(r));
     }
   }
-  if (loads == 0) return;
+  if (loads == 0) return 0;
   inode->reads_inflight += loads;
   {
     std::lock_guard<std::mutex> t(table_mu_);
     inode->pending_changes += loads;  // pinned until the loads complete
   }
   sched_->Submit(io::Lane::kPrefetch, reqs);
+  return bytes;
 }
 
 }  // namespace kvfs::fs

@@ -35,10 +35,17 @@ FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options)
       volume_.index(), [this](Change& c, index::WriteBatch& b) { BuildChange(c, b); },
       [this](Change& c, Status st) { ChangeCommitted(c, st); }, [this] { return FlushDevices(); },
       options_.commit_interval_ms);
+  prefetch_thread_ = std::thread([this] { PrefetchLoop(); });
 }
 
 FileSystem::Impl::~Impl() {
   Shutdown().ignore();  // errors were logged; nobody is left to tell
+  {
+    std::lock_guard<std::mutex> l(prefetch_mu_);
+    prefetch_stop_ = true;
+  }
+  prefetch_cv_.notify_one();
+  prefetch_thread_.join();  // before the scheduler it submits to goes
   sched_.reset();  // every request completes (their callbacks may queue changes)
   committer_.reset();
   std::lock_guard<std::mutex> l(table_mu_);
@@ -99,6 +106,23 @@ Result<InodeRef> FileSystem::Impl::GetInode(uint64_t ino) {
   std::lock_guard<std::mutex> l(table_mu_);
   auto [it, inserted] = inodes_.emplace(ino, state);
   return it->second;  // another thread may have loaded it first: use theirs
+}
+
+Result<InodeRef> FileSystem::Impl::GetPinned(uint64_t ino) {
+  for (;;) {
+    KVFS_ASSIGN_OR_RETURN(InodeRef i, GetInode(ino));
+    std::lock_guard<std::mutex> l(table_mu_);
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end() || it->second != i) continue;  // evicted meanwhile: reload
+    i->pending_changes++;
+    return i;
+  }
+}
+
+void FileSystem::Impl::Unpin(const InodeRef& inode) {
+  std::lock_guard<std::mutex> l(table_mu_);
+  inode->pending_changes--;
+  MaybeEvict(inode);
 }
 
 void FileSystem::Impl::MaybeEvict(const InodeRef& inode) {
@@ -299,8 +323,38 @@ Status FileSystem::Impl::FlushAll() {
   return committer_->Drain(false);
 }
 
+void FileSystem::Impl::QueuePrefetch(InodeRef inode) {
+  {
+    std::lock_guard<std::mutex> l(prefetch_mu_);
+    if (prefetch_queue_.size() >= kMaxQueuedPrefetches) return;
+    prefetch_queue_.push_back(std::move(inode));
+  }
+  prefetch_cv_.notify_one();
+}
+
+void FileSystem::Impl::PrefetchLoop() {
+  std::vector<InodeRef> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(prefetch_mu_);
+      prefetch_cv_.wait(l, [this] { return prefetch_stop_ || !prefetch_queue_.empty(); });
+      if (prefetch_stop_) return;
+      batch.swap(prefetch_queue_);
+    }
+    for (const InodeRef& inode : batch) {
+      std::lock_guard<std::mutex> l(inode->mu);
+      Prefetch(inode);
+    }
+    batch.clear();  // drops the references outside prefetch_mu_
+  }
+}
+
 Status FileSystem::Impl::DropCache() {
   Status st = FlushAll();
+  {
+    std::lock_guard<std::mutex> l(prefetch_mu_);
+    prefetch_queue_.clear();  // a cold cache is not refilled by old lookups
+  }
   cache_->Clear();
   return st;
 }
@@ -358,6 +412,7 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.staging_bytes = pool_.region_bytes();
   s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
   s.queued_commits = committer_->queued();
+  s.zero_copy_bytes = metrics_.zero_copy_bytes();
   auto lanes = sched_->Snapshot();
   for (size_t k = 0; k < lanes.size(); ++k) {
     LaneStats l;
@@ -473,5 +528,23 @@ Result<uint64_t> FileSystem::ResolvePath(std::string_view path) { return impl_->
 Status FileSystem::DropCache() { return impl_->DropCache(); }
 CacheStats FileSystem::cache_stats() { return impl_->cache_->counters(); }
 StatsSnapshot FileSystem::Stats() { return impl_->Stats(); }
+Result<Attr> FileSystem::LookupPath(uint64_t dir, std::string_view path, const Caller& caller) {
+  return impl_->LookupPath(dir, path, caller);
+}
+void FileSystem::ReadFile(uint64_t dir, std::string_view path, uint64_t off, std::span<char> dest,
+                          const Caller& caller, std::function<void(Result<size_t>)> done) {
+  impl_->ReadFile(dir, path, off, dest, caller, std::move(done));
+}
+void FileSystem::WriteFile(uint64_t dir, std::string_view path, std::span<const char> data,
+                           const Caller& caller, std::function<void(Status)> done) {
+  impl_->WriteFile(dir, path, data, caller, std::move(done));
+}
+Status FileSystem::DeleteFile(uint64_t dir, std::string_view path, const Caller& caller) {
+  return impl_->DeleteFile(dir, path, caller);
+}
+Result<uint64_t> FileSystem::PrefetchFile(uint64_t dir, std::string_view path,
+                                          const Caller& caller) {
+  return impl_->PrefetchFile(dir, path, caller);
+}
 
 }  // namespace kvfs::fs

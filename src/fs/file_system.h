@@ -115,6 +115,10 @@ struct FileSystemOptions {
   // prefetch must stay below the device's commands, so that reads always
   // find room (Create() fails with EINVAL otherwise).
   std::array<uint32_t, io::kLaneCount> lane_commands{};
+  // verify=on: data read from the device is checked against each extent's
+  // crc32c before it is handed out; a mismatch fails the read with EIO
+  // (fs/read_verify.h). Extents are then always read whole.
+  bool verify_reads = false;
 };
 
 struct CacheStats {
@@ -219,30 +223,57 @@ class FileSystem {
   // `caller` (uid, gid, groups; uid 0 passes as root does), as open(2),
   // unlink(2) and path lookup would.
   //
-  // Resolves `path` ("a/b/c": no leading '/', no "", "." or ".."
-  // components; EXDEV for those that escape, EINVAL for empty ones) under
-  // directory `dir`, with search permission on each directory walked.
+  // Path rules (every call below): `path` is "a/b/c" relative to directory
+  // `dir`, like openat(2). EXDEV for a leading '/' or a ".." component (they
+  // escape); EINVAL for an empty path, empty components ("a//b", "a/"), "."
+  // or NUL; ENAMETOOLONG for a component over 255 bytes or a path over 4096;
+  // ENOTDIR when a component before the last is not a directory; ENOENT;
+  // EACCES without search permission on `dir` or a directory walked.
+  // Inodes these calls touch hold no kernel lookup count.
+  //
+  // The attributes of `path` (stat: no permission on the file itself).
+  // Does not start a lookup-driven prefetch (a batch reads into its own
+  // memory; a cache copy would only cost).
   Result<Attr> LookupPath(uint64_t dir, std::string_view path, const Caller& caller);
-  // Reads file bytes [off, off + dest.size()) of `path` into `dest` (READ
-  // permission needed). done(bytes read or error) runs exactly once. When
-  // `dest` and `off` are 4 KiB aligned, data not in the RAM cache or staged
-  // goes from the device straight into `dest` (no copy); otherwise through
-  // a bounce buffer. `dest` must stay valid until done.
+  // Reads file bytes [off, off + dest.size()) of `path` into `dest` (read
+  // permission needed; EISDIR for a directory). done(bytes read, fewer at
+  // EOF, 0 at or past it; or an error: EIO, ...) runs exactly once: on an
+  // engine thread after device reads, or inline on the calling thread when
+  // nothing is read from the device. Never blocks on device I/O. Data staged
+  // by the POSIX path or in the RAM cache is copied; data on the device goes
+  // straight into `dest` (no copy) where its 4 KiB blocks land 4 KiB aligned
+  // in `dest` (dest.data() and `off` aligned); the file's last partial block
+  // goes direct only if `dest` has room for the whole block, else through a
+  // bounce buffer, as does everything unaligned. Bytes of `dest` past the
+  // result may be overwritten (with zeros). `dest` must stay valid until done.
   void ReadFile(uint64_t dir, std::string_view path, uint64_t off, std::span<char> dest,
                 const Caller& caller, std::function<void(Result<size_t>)> done);
-  // Creates or atomically replaces file `path` with `data` (write and search
-  // permission on its directory, sticky rules as unlink). The new inode gets
-  // mode 0644, the caller's uid and gid. The name switches to it in an
-  // ordered commit after all its data is on the device; readers of the old
-  // file keep it. done runs exactly once, once the switch is queued (not
-  // necessarily durable; Sync() makes it so). Aligned `data` is written to
-  // the device without a copy. `data` must stay valid until done.
+  // Creates or atomically replaces file `path` with `data`, as a temp file
+  // renamed over it would, with no temp name ever visible: write and search
+  // permission on its directory, the sticky rule (EPERM), EISDIR if a
+  // directory has the name. Space is reserved first (ENOSPC, the old file
+  // untouched). The new inode gets mode 0644, the caller's uid and gid. The
+  // name switches to it after all its data writes completed, in a change
+  // committed after a device flush, so a crash leaves the old file or the
+  // whole new one; handles open on the old file keep reading it (as after
+  // rename-over). done runs exactly once, on an engine thread (inline for
+  // early errors and empty data), once the switch is queued (visible to
+  // every later call, not yet durable; Sync() makes it so), or with the
+  // error (EIO from a data write: nothing changed). Never blocks on device
+  // I/O, except that a full volume first waits for queued commits (unlinks)
+  // to free space. 4 KiB aligned `data` goes to the device from the caller's
+  // memory (no copy) but for a partial last block; unaligned data through
+  // bounce buffers. `data` must stay valid and unchanged until done.
   void WriteFile(uint64_t dir, std::string_view path, std::span<const char> data,
                  const Caller& caller, std::function<void(Status)> done);
-  // unlink(2) of `path`, with its permission checks.
+  // unlink(2) of `path`: ENOENT, then write and search permission on its
+  // directory (EACCES), the sticky rule (EPERM), EISDIR for a directory.
   Status DeleteFile(uint64_t dir, std::string_view path, const Caller& caller);
-  // Prefetch of the file `path` (read permission needed). Returns the bytes
-  // the prefetch will read (0 if it is cached or over the budgets).
+  // Starts loading the file `path` into the RAM cache (read permission
+  // needed; EISDIR for a directory) and returns at once: the bytes the
+  // prefetch will read (0 if cached already, or over the file-size or
+  // prefetch budgets). The newest 4096 prefetched inodes are kept loaded
+  // for a later ReadFile, which then copies from the cache.
   Result<uint64_t> PrefetchFile(uint64_t dir, std::string_view path, const Caller& caller);
 
   // Implementation details follow.

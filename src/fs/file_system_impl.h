@@ -5,9 +5,14 @@
 #include <fcntl.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <thread>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,6 +22,7 @@
 #include "fs/committer.h"
 #include "fs/file_system.h"
 #include "fs/inode_state.h"
+#include "fs/read_verify.h"
 #include "fs/stats.h"
 #include "io/scheduler.h"
 
@@ -58,6 +64,12 @@ inline Status CheckName(std::string_view name) {
   return Status::OK();
 }
 
+// Drops the one name of `v` (== *ref; a regular file or an empty directory)
+// inside change `c`: an orphan if it is open (opens, read under table_mu),
+// deleted otherwise (rename-over,
+// unlink and WriteFile's replace). REQUIRES: ns_mu_ held (namespace_ops.cc).
+void DropLink(InodeState& v, const InodeRef& ref, Change& c, std::mutex& table_mu, int64_t now);
+
 class FileSystem::Impl {
  public:
   Impl(volume::Volume& volume, const FileSystemOptions& options);
@@ -86,6 +98,7 @@ class FileSystem::Impl {
   Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
   Status RmDir(uint64_t parent, std::string_view name);
   Status Unlink(uint64_t parent, std::string_view name);
+  Status UnlinkLocked(uint64_t parent, std::string_view name);  // REQUIRES: ns_mu_ held
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                 std::string_view new_name, unsigned flags);
   Result<uint64_t> OpenDir(uint64_t ino);
@@ -105,6 +118,17 @@ class FileSystem::Impl {
   void Fsync(uint64_t fh, std::function<void(Status)> done);
   Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len);
 
+  // --- whole_file_ops.cc: the batch ioctl's calls (contracts in file_system.h)
+  Result<Attr> LookupPath(uint64_t dir, std::string_view path, const Caller& caller);
+  // `attempts`: walks of `path` while each finds a file replaced meanwhile.
+  void ReadFile(uint64_t dir, std::string_view path, uint64_t off, std::span<char> dest,
+                const Caller& caller, std::function<void(Result<size_t>)> done,
+                int attempts = 3);
+  void WriteFile(uint64_t dir, std::string_view path, std::span<const char> data,
+                 const Caller& caller, std::function<void(Status)> done);
+  Status DeleteFile(uint64_t dir, std::string_view path, const Caller& caller);
+  Result<uint64_t> PrefetchFile(uint64_t dir, std::string_view path, const Caller& caller);
+
  private:
   friend class FileSystem;
 
@@ -114,6 +138,21 @@ class FileSystem::Impl {
   Result<uint64_t> ResolveEntry(uint64_t parent, std::string_view name);
   // Drops the table's reference when nothing pins the inode any more.
   void MaybeEvict(const InodeRef& inode);  // REQUIRES: table_mu_ held
+  // GetInode() plus one pin (pending_changes) taken while the table still
+  // holds that very state, so it cannot be evicted under the caller (and a
+  // later GetInode() cannot load a stale copy). Unpin() gives it back.
+  Result<InodeRef> GetPinned(uint64_t ino);
+  void Unpin(const InodeRef& inode);
+  // whole_file_ops.cc: resolves `path` under `dir` for `caller` (search
+  // permission on every directory walked). With `want_parent`, stops before
+  // the last component: *parent is the directory that holds it and *leaf
+  // its name; otherwise *parent is the inode `path` names. Returns it pinned.
+  // REQUIRES: ns_mu_ held.
+  Status WalkPath(uint64_t dir, std::string_view path, const Caller& caller, bool want_parent,
+                  InodeRef* parent, std::string_view* leaf);
+  // Keeps an inode prefetched by the batch in the table (its cache entries
+  // are keyed by the InodeState), for the newest kRetainedPrefetches.
+  void RetainPrefetched(const InodeRef& inode);
 
   // Changes. REQUIRES for Queue*: ns_mu_ held when entry ops are involved,
   // so the overlay and the queue agree on order.
@@ -139,8 +178,14 @@ class FileSystem::Impl {
   void FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents);
   void FinishDeviceRead(const InodeRef& inode);  // a device read finished (takes mu)
   // Starts loading the file's chunks into the cache (prefetch lane), within
-  // the budgets. REQUIRES: inode->mu held.
-  void Prefetch(const InodeRef& inode);
+  // the budgets. Returns the bytes it started loading. REQUIRES: inode->mu held.
+  uint64_t Prefetch(const InodeRef& inode);
+  // Lookup-driven prefetch runs on prefetch_thread_, so that a stat storm's
+  // replies do not wait for cache allocation and I/O submission. Queues at
+  // most kMaxQueuedPrefetches inodes (speculative work: more are dropped).
+  void QueuePrefetch(InodeRef inode);
+  void PrefetchLoop();
+  static constexpr size_t kMaxQueuedPrefetches = 4096;
   // Frees extents in the allocator now; logs a double free.
   void FreeNow(const std::vector<Extent>& extents);
   // Pool buffer for staging; pushes staged chunks out while none is free.
@@ -153,6 +198,8 @@ class FileSystem::Impl {
   std::unique_ptr<io::Scheduler> sched_;
   device::BufferPool& pool_;
   const FileSystemOptions options_;
+  // verify=on: checks extents read from the device (fs/read_verify.h).
+  ReadVerifier verifier_{options_.verify_reads};
 
   // Namespace lock: serializes namespace changes and the overlay.
   std::mutex ns_mu_;
@@ -170,10 +217,19 @@ class FileSystem::Impl {
   std::mutex staged_mu_;
   std::unordered_map<uint64_t, std::weak_ptr<InodeState>> staged_inodes_;  // GUARDED_BY(staged_mu_)
 
+  // Inodes pinned by RetainPrefetched(), oldest first. GUARDED_BY(table_mu_)
+  std::deque<InodeRef> retained_prefetches_;
+
   std::atomic<uint64_t> next_token_{1};
   FsMetrics metrics_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<Committer> committer_;
+
+  std::mutex prefetch_mu_;
+  std::condition_variable prefetch_cv_;
+  std::vector<InodeRef> prefetch_queue_;  // GUARDED_BY(prefetch_mu_)
+  bool prefetch_stop_ = false;            // GUARDED_BY(prefetch_mu_)
+  std::thread prefetch_thread_;           // runs PrefetchLoop()
   bool shut_down_ = false;
 };
 

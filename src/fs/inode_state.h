@@ -12,6 +12,7 @@
 // AlignUp(content, 4 KiB)); a chunk never shares an extent with another.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -43,6 +44,13 @@ struct ChunkBuf {
     if (hi <= clean) return;
     std::memset(buf.data() + clean, 0, hi - clean);
     clean = hi;
+  }
+  // Copies chunk bytes [lo, hi) to `dst`; past `clean` (a truncate grew the
+  // file) they read as zeros.
+  void CopyOut(uint64_t lo, uint64_t hi, char* dst) const {
+    const uint64_t have = std::clamp(clean, lo, hi);
+    std::memcpy(dst, buf.data() + lo, have - lo);
+    std::memset(dst + (have - lo), 0, hi - have);
   }
   std::vector<Extent> alloc;   // space reserved for this version
   uint64_t seq = 0;            // orders versions of one chunk

@@ -56,9 +56,9 @@ Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view nam
     std::lock_guard<std::mutex> t(table_mu_);
     child->lookups++;
   }
-  std::lock_guard<std::mutex> l(child->mu);
   // Connectors check which keys exist before they load them: start reading.
-  if (options_.prefetch == PrefetchMode::kLookup) Prefetch(child);
+  if (options_.prefetch == PrefetchMode::kLookup && child->is_reg()) QueuePrefetch(child);
+  std::lock_guard<std::mutex> l(child->mu);
   return ToAttr(child->rec);
 }
 
@@ -185,8 +185,16 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
 
 // Drops one name of `victim` (a regular file or an empty directory) inside a
 // change: orphan if still open, deleted otherwise. REQUIRES: ns_mu_ held.
-static void DropLink(InodeState& v, const InodeRef& ref, Change& c, bool open, int64_t now) {
+void DropLink(InodeState& v, const InodeRef& ref, Change& c, std::mutex& table_mu, int64_t now) {
   std::lock_guard<std::mutex> l(v.mu);
+  // Decided under v.mu, where Open() checks `deleted` and counts itself: an
+  // open racing this either counts first (the file becomes an orphan) or
+  // sees it deleted (ESTALE), never a handle on a file whose data is freed.
+  bool open;
+  {
+    std::lock_guard<std::mutex> t(table_mu);
+    open = v.opens > 0 && !v.is_dir();
+  }
   c.deltas.push_back({ref, 0, -static_cast<int32_t>(v.rec.nlink)});
   v.rec.nlink = 0;
   v.rec.ctime_ns = now;
@@ -201,22 +209,21 @@ static void DropLink(InodeState& v, const InodeRef& ref, Change& c, bool open, i
 }
 
 Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name) {
-  KVFS_RETURN_IF_ERROR(CheckName(name));
   std::lock_guard<std::mutex> ns(ns_mu_);
+  return UnlinkLocked(parent, name);
+}
+
+Status FileSystem::Impl::UnlinkLocked(uint64_t parent, std::string_view name) {
+  KVFS_RETURN_IF_ERROR(CheckName(name));
   KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "unlink");
   KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
   KVFS_ASSIGN_OR_RETURN(InodeRef v, GetInode(ino));
   if (v->is_dir()) return Status::Error(EISDIR, "unlink");
   const int64_t now = NowNs();
-  bool open;
-  {
-    std::lock_guard<std::mutex> t(table_mu_);
-    open = v->opens > 0;
-  }
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), 0});
-  DropLink(*v, v, *c, open, now);
+  DropLink(*v, v, *c, table_mu_, now);
   {
     std::lock_guard<std::mutex> l(p->mu);
     p->rec.size--;
@@ -283,14 +290,7 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), 0});
   c->entry_ops.push_back({new_parent, std::string(new_name), src});
-  if (y) {
-    bool open;
-    {
-      std::lock_guard<std::mutex> t(table_mu_);
-      open = y->opens > 0 && !y->is_dir();
-    }
-    DropLink(*y, y, *c, open, now);
-  }
+  if (y) DropLink(*y, y, *c, table_mu_, now);
   {
     std::lock_guard<std::mutex> l(x->mu);
     x->rec.ctime_ns = now;

@@ -96,6 +96,7 @@ std::string StatsToJson(const StatsSnapshot& s) {
                 {"free_bytes", s.free_bytes},
                 {"largest_free_bytes", s.largest_free},
                 {"free_extents", s.free_extents}};
+  j["batch"] = {{"registrations", s.registrations}};
   j["errors"] = nlohmann::json::object();
   for (auto [code, n] : s.errors) j["errors"][ErrnoName(code)] = n;
   return j.dump(2) + "\n";
@@ -152,6 +153,8 @@ std::string StatsToPrometheus(const StatsSnapshot& s) {
   gauge("kvfs_space_total_bytes", "gauge", "Data space of the volume.", s.total_bytes);
   gauge("kvfs_space_free_bytes", "gauge", "Free data space.", s.free_bytes);
   gauge("kvfs_space_largest_free_bytes", "gauge", "Largest free extent.", s.largest_free);
+  gauge("kvfs_batch_registrations", "gauge", "Live batch-ioctl buffer registrations.",
+        s.registrations);
   o << "# HELP kvfs_errors_total Failed calls by errno.\n# TYPE kvfs_errors_total counter\n";
   for (auto [code, n] : s.errors) o << "kvfs_errors_total{errno=\"" << ErrnoName(code) << "\"} " << n << "\n";
   return o.str();

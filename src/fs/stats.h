@@ -33,6 +33,10 @@ class FsMetrics {
   }
   // Counts an error by errno, once per failed call.
   void Error(int code);
+  // Bytes the whole-file calls (ReadFile/WriteFile) moved between the
+  // device and the caller's memory without a copy.
+  void ZeroCopy(uint64_t bytes) { zero_copy_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  uint64_t zero_copy_bytes() const { return zero_copy_bytes_.load(std::memory_order_relaxed); }
 
   struct OpSnapshot {
     HistogramSnapshot latency;
@@ -47,6 +51,7 @@ class FsMetrics {
     std::atomic<uint64_t> bytes{0};
   };
   std::array<PerOp, static_cast<size_t>(Op::kCount)> ops_;
+  std::atomic<uint64_t> zero_copy_bytes_{0};
   mutable std::mutex errors_mu_;
   std::map<int, uint64_t> errors_;  // GUARDED_BY(errors_mu_); errors are rare
 };
@@ -73,7 +78,10 @@ struct StatsSnapshot {
   uint64_t staged_bytes = 0;     // dirty data held in staging buffers
   uint64_t staging_bytes = 0;    // the staging bound (dirty_mb)
   uint64_t queued_commits = 0;
+  uint64_t zero_copy_bytes = 0;  // FsMetrics::zero_copy_bytes()
   uint64_t total_bytes = 0, free_bytes = 0, largest_free = 0, free_extents = 0;
+  // Live batch-ioctl buffer registrations (filled in by fuse/, which owns them).
+  uint64_t registrations = 0;
 };
 
 std::string StatsToJson(const StatsSnapshot& s);

@@ -87,12 +87,16 @@ Result<VerifyStats> VerifyExtents(const std::vector<const device::BlockDevice*>&
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<device::IoEngine> engine,
                         device::IoEngine::Create(devices, eo));
   device::BufferPool& pool = engine->buffers();
+  std::unique_ptr<device::BlockIo> wrapper;
+  if (o.wrap_io) wrapper = o.wrap_io(*engine);
+  device::BlockIo& io = wrapper ? *wrapper : *engine;
 
   std::mutex mu;
   std::condition_variable cv;
   uint64_t outstanding = 0;  // GUARDED_BY(mu)
   std::atomic<uint64_t> done_bytes{0};
   std::vector<size_t> failed_runs;  // GUARDED_BY(mu)
+  Status setup_error;
 
   if (progress) progress->Begin("verifying data", total, true);
   for (size_t ri = 0; ri < runs.size(); ++ri) {
@@ -107,7 +111,11 @@ Result<VerifyStats> VerifyExtents(const std::vector<const device::BlockDevice*>&
       buf = slot->data();
     } else {
       own.reset(static_cast<char*>(std::aligned_alloc(kBlockSize, run.len)), FreeDeleter());
-      if (!own) return Status::Error(ENOMEM, "verify buffer of " + std::to_string(run.len));
+      if (!own) {
+        // Not a return: requests in flight use this frame; wait for them.
+        setup_error = Status::Error(ENOMEM, "verify buffer of " + std::to_string(run.len));
+        break;
+      }
       buf = own.get();
     }
     {
@@ -132,7 +140,7 @@ Result<VerifyStats> VerifyExtents(const std::vector<const device::BlockDevice*>&
     };
     slot.reset();
     own.reset();
-    engine->Submit(std::span(&req, 1));
+    io.Submit(std::span(&req, 1));
     stats.requests++;
     if (progress) progress->Update(done_bytes.load(std::memory_order_relaxed));
   }
@@ -148,6 +156,7 @@ Result<VerifyStats> VerifyExtents(const std::vector<const device::BlockDevice*>&
     }
   }
   if (progress) progress->End();
+  KVFS_RETURN_IF_ERROR(setup_error);
   stats.bytes_read = total;
 
   // Narrow failed requests down to the extents that cannot be read.
@@ -158,7 +167,7 @@ Result<VerifyStats> VerifyExtents(const std::vector<const device::BlockDevice*>&
       std::unique_ptr<char, FreeDeleter> b(
           static_cast<char*>(std::aligned_alloc(kBlockSize, it.len)));
       if (!b) return Status::Error(ENOMEM, "verify retry buffer");
-      Status st = engine->ReadSync(it.device, it.byte_off, b.get(), it.len);
+      Status st = io.ReadSync(it.device, it.byte_off, b.get(), it.len);
       if (st.ok()) {
         it.actual_crc = Crc32c(b.get(), it.len);
         it.error = 0;
@@ -167,6 +176,7 @@ Result<VerifyStats> VerifyExtents(const std::vector<const device::BlockDevice*>&
       }
     }
   }
+  wrapper.reset();
   engine.reset();
   stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

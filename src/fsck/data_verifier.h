@@ -16,10 +16,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
 #include "device/block_device.h"
+#include "device/block_io.h"
 #include "fsck/progress.h"
 
 namespace kvfs::fsck {
@@ -42,6 +45,10 @@ struct VerifyOptions {
   unsigned rings = 0;              // 0: the engine's default
   unsigned queue_depth = 64;       // commands in flight per ring
   size_t max_gap_bytes = 64 << 10;
+  // Tests: every read goes through the BlockIo this returns, wrapping the
+  // engine (a device::FaultInjectingIo that fails chosen ranges). The
+  // wrapper is destroyed before the engine. Null: reads go to the engine.
+  std::function<std::unique_ptr<device::BlockIo>(device::BlockIo&)> wrap_io;
 };
 
 struct VerifyStats {
@@ -51,7 +58,9 @@ struct VerifyStats {
 };
 
 // `items` must be sorted by (device, byte_off) and must not overlap.
-// Fills each item's results. Fails only if the engine cannot be set up.
+// Fills each item's results. Fails only if the engine cannot be set up (or
+// a buffer not allocated): an extent that cannot be read is a result (its
+// `error`), never a reason to stop.
 Result<VerifyStats> VerifyExtents(const std::vector<const device::BlockDevice*>& devices,
                                   std::vector<VerifyItem>* items, const VerifyOptions& options,
                                   Progress* progress);

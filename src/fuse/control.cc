@@ -183,6 +183,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (!Readable(*n)) return;
     snap = std::make_unique<Snapshot>();
     fs::StatsSnapshot stats = s.fs->Stats();
+    stats.registrations = s.registry.Live();
     snap->content =
         n->kind == Kind::kStats ? fs::StatsToJson(stats) : fs::StatsToPrometheus(stats);
   });

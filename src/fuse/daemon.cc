@@ -182,6 +182,7 @@ Result<std::unique_ptr<Mount>> Mount::Create(const MountOptions& options, fuse_a
   CapturedLibfuseLog log;
   m->se_ = fuse_session_new(args, &op, sizeof(op), m->state_.get());
   if (m->se_ == nullptr) return Status::Error(EINVAL, log.Take("bad FUSE options"));
+  m->state_->session = m->se_;
   if (fuse_set_signal_handlers(m->se_) != 0) {
     return Status::Error(EIO, log.Take("cannot install signal handlers"));
   }

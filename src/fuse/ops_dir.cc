@@ -84,7 +84,10 @@ void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   SessionState& s = StateOf(req);
-  Status st = NoThrowVoid([&] { s.fs->ReleaseDir(fi->fh); });
+  Status st = NoThrowVoid([&] {
+    s.registry.DropOwner(OwnerFile{fi->fh, /*dir=*/true});  // the ioctl fd's last close
+    s.fs->ReleaseDir(fi->fh);
+  });
   if (!st.ok()) spdlog::error("releasedir of handle {}: {}", fi->fh, st.ToString());
   fuse_reply_err(req, 0);
 }

@@ -14,11 +14,6 @@ namespace kvfs::fuse::ops {
 
 namespace {
 
-fs::Caller CallerOf(fuse_req_t req) {
-  const fuse_ctx* c = fuse_req_ctx(req);
-  return fs::Caller{c->uid, c->gid, c->pid, {}};
-}
-
 // Refuses a namespace change naming `name` in `parent` when it touches the
 // control directory: inside it (EPERM), or its own name in the root
 // (`exists_errno`: EEXIST for creating it, EPERM for removing/renaming it).

@@ -19,11 +19,6 @@ namespace kvfs::fuse::ops {
 
 namespace {
 
-fs::Caller CallerOf(fuse_req_t req) {
-  const fuse_ctx* c = fuse_req_ctx(req);
-  return fs::Caller{c->uid, c->gid, c->pid, {}};
-}
-
 void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
   fi->fh = fh;
   fi->direct_io = 1;
@@ -144,7 +139,10 @@ void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   SessionState& s = StateOf(req);
-  Status st = NoThrowVoid([&] { s.fs->Release(fi->fh); });
+  Status st = NoThrowVoid([&] {
+    s.registry.DropOwner(OwnerFile{fi->fh, /*dir=*/false});  // the ioctl fd's last close
+    s.fs->Release(fi->fh);
+  });
   if (!st.ok()) spdlog::error("release of handle {}: {}", fi->fh, st.ToString());
   fuse_reply_err(req, 0);  // the kernel ignores release errors
 }

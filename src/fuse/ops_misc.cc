@@ -1,6 +1,7 @@
 // ioctl and extended attributes.
 //
-// kvfs's batch ioctl is not served yet: every ioctl is ENOTTY. The one
+// kvfs's own ioctls (include/kvfs/ioctl.h) go to batch_ioctl.cc; every
+// other command (TCGETS...) and any ioctl on a control file is ENOTTY. The one
 // attribute that can be set is the hint user.kvfs.prefetch (any value):
 // setting it prefetches the file or directory; it is never stored, so
 // getxattr finds nothing. Every other name is EOPNOTSUPP, so nothing
@@ -10,14 +11,18 @@
 #include <string>
 
 #include "fuse/control.h"
+#include "kvfs/ioctl.h"
 #include "fuse/ops.h"
 #include "fuse/reply.h"
 
 namespace kvfs::fuse::ops {
 
-void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* /*arg*/, fuse_file_info* /*fi*/,
-           unsigned /*flags*/, const void* /*in_buf*/, size_t /*in_bufsz*/,
-           size_t /*out_bufsz*/) {
+void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* /*arg*/, fuse_file_info* fi,
+           unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
+  if (_IOC_TYPE(cmd) == KVFS_IOC_MAGIC && !control::Owns(ino)) {
+    KvfsIoctl(req, ino, cmd, fi, flags, in_buf, in_bufsz, out_bufsz);
+    return;
+  }
   // Every Python open() asks isatty() (TCGETS); "not a terminal" at once.
   spdlog::trace("ioctl 0x{:08x} on inode {}: ENOTTY", cmd, ino);
   fuse_reply_err(req, ENOTTY);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 namespace kvfs::fuse {
 
@@ -87,6 +88,23 @@ struct statvfs ToStatvfs(const fs::FsStats& s) {
   v.f_favail = s.free_files;
   v.f_namemax = s.name_max;
   return v;
+}
+
+fs::Caller CallerOf(fuse_req_t req, bool with_groups) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  fs::Caller caller{c->uid, c->gid, c->pid, {}};
+  if (!with_groups) return caller;
+  std::vector<gid_t> groups(32);
+  for (;;) {
+    int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+    if (n < 0) break;  // unknown: only the primary gid counts
+    if (static_cast<size_t>(n) <= groups.size()) {
+      caller.groups.assign(groups.begin(), groups.begin() + n);
+      break;
+    }
+    groups.resize(static_cast<size_t>(n));
+  }
+  return caller;
 }
 
 // --- PendingReplies

@@ -32,6 +32,12 @@ fuse_entry_param EntryParam(const fs::Attr& attr, const CacheTimeouts& t);
 struct stat ToStat(const fs::Attr& attr);
 struct statvfs ToStatvfs(const fs::FsStats& s);
 
+// Who sent `req`: uid, gid, pid (the calling thread), and with
+// `with_groups` its supplementary groups (read from /proc by libfuse: only
+// the batch ioctl, which checks permissions itself, needs them). May throw
+// std::bad_alloc with `with_groups`.
+fs::Caller CallerOf(fuse_req_t req, bool with_groups = false);
+
 // Runs f() and returns its Result/Status; std::bad_alloc becomes ENOMEM.
 // ("out of memory" fits std::string's small buffer: making it allocates
 // nothing.)

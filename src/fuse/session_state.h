@@ -15,7 +15,9 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "fs/batch.h"
 #include "fs/file_system.h"
+#include "fuse/buffer_registry.h"
 
 namespace kvfs::fuse {
 
@@ -70,6 +72,15 @@ struct SessionState {
   const CacheTimeouts timeouts;
   PendingReplies pending;
   Interrupts interrupts;
+  // The libfuse session, for notifications to the kernel (the batch ioctl
+  // changes names behind the kernel's dentry cache). Set once, right after
+  // the session is made, before any request.
+  fuse_session* session = nullptr;
+  // The batch ioctl's registered memory and its runner (made at the first
+  // batch; destroyed before the registry, after every batch replied).
+  BufferRegistry registry;
+  std::once_flag batch_once;
+  std::unique_ptr<fs::BatchRunner> batch;
 };
 
 inline SessionState& StateOf(fuse_req_t req) {

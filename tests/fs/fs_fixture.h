@@ -2,6 +2,7 @@
 // with helpers that wait for the asynchronous calls.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 

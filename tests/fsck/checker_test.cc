@@ -3,10 +3,13 @@
 #include <rocksdb/db.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <cstring>
 #include <filesystem>
 
 #include "fs/inode_state.h"  // needs sys/stat.h first
 #include "common/crc32c.h"
+#include "device/fault_injecting_io.h"
 #include "fsck/model.h"
 #include "fsck/fsck_fixture.h"
 
@@ -14,6 +17,18 @@ namespace kvfs::fsck {
 namespace {
 
 static_assert(kFsChunkBytes == fs::kChunkBytes, "fsck must know fs/'s chunk size");
+
+// A FaultInjectingIo that also counts the requests it failed, into a
+// counter that outlives it (the verifier destroys its wrapper).
+class CountingFaults : public device::FaultInjectingIo {
+ public:
+  CountingFaults(device::BlockIo& inner, std::atomic<uint64_t>* failed)
+      : FaultInjectingIo(inner), failed_(failed) {}
+  ~CountingFaults() override { *failed_ += requests_failed(); }
+
+ private:
+  std::atomic<uint64_t>* failed_;
+};
 
 TEST_F(FsckTest, FreshVolumeIsClean) {
   Report r = Run(false, true);
@@ -307,6 +322,61 @@ TEST_F(FsckTest, FlippedByteIsFoundByVerifyDataAndTheFileMoved) {
   std::string want = k1_data_;
   want[(2 << 20) + 1234] ^= 0x5a;  // the damaged bytes are kept for inspection
   EXPECT_EQ(*moved, want);
+}
+
+// A device read error during --verify-data (injected by a FaultInjectingIo
+// around the verifier's real engine) names the file, and the check goes on:
+// every other extent is still read and verified.
+TEST_F(FsckTest, ReadErrorDuringVerifyDataNamesTheFileAndTheCheckGoesOn) {
+  Populate();
+  const index::Inode k1 = GetInode(k1_);
+  ASSERT_EQ(k1.extents.size(), 4u);
+  const Extent bad = k1.extents[1].ext;  // file bytes [1 MiB, 2 MiB)
+  std::atomic<uint64_t> failed{0};
+  auto run = [&](bool repair) {
+    CheckOptions o;
+    o.devices = {img_};
+    o.repair = repair;
+    o.verify_data = true;
+    o.verify.inflight_reads = 4;
+    o.verify.read_bytes = 8 << 20;  // k1's extents and its neighbours in one request
+    o.index_cache_bytes = 8 << 20;
+    o.verify.wrap_io = [&](device::BlockIo& inner) -> std::unique_ptr<device::BlockIo> {
+      auto io = std::make_unique<CountingFaults>(inner, &failed);
+      io->FailRange(device::IoOp::kRead, bad.device, bad.byte_off + 8192, 4096, EIO);
+      return io;
+    };
+    return Check(o);
+  };
+  Report n = run(false);
+  EXPECT_TRUE(n.error.ok()) << n.error.ToString();
+  EXPECT_EQ(n.ExitCode(), kExitUncorrected) << Lines(n);
+  EXPECT_GT(failed.load(), 0u) << "the fault was never hit";
+  auto e = Of(n, FindingKind::kReadError);
+  ASSERT_EQ(e.size(), 1u) << Lines(n);
+  EXPECT_EQ(e[0]->path, "/a/b/k1");
+  EXPECT_EQ(e[0]->ino, k1_);
+  EXPECT_NE(e[0]->problem.find(std::strerror(EIO)), std::string::npos) << e[0]->problem;
+  EXPECT_NE(e[0]->problem.find("1 extent(s)"), std::string::npos) << e[0]->problem;
+  EXPECT_NE(e[0]->problem.find(std::to_string(1 << 20)), std::string::npos) << e[0]->problem;
+  EXPECT_EQ(n.findings.size(), 1u) << "only k1 is damaged: " << Lines(n);
+  // Every extent was read, the failed request included.
+  EXPECT_EQ(n.stats.verified_bytes, n.stats.data_bytes);
+
+  // Repair drops the unreadable extent and moves the file; the rest of its
+  // bytes are kept.
+  Report y = run(true);
+  EXPECT_EQ(y.ExitCode(), kExitCorrected) << Lines(y);
+  Report again = Run(false, true);
+  EXPECT_EQ(again.ExitCode(), kExitClean) << Lines(again);
+  auto moved = ReadPath({"lost+found", "#" + std::to_string(k1_) + "-k1"});
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  std::string want = k1_data_;
+  std::memset(want.data() + (1 << 20), 0, 1 << 20);
+  EXPECT_EQ(*moved, want);
+  auto k3 = ReadPath({"k3"});
+  ASSERT_TRUE(k3.ok()) << k3.status().ToString();
+  EXPECT_EQ(*k3, Pattern(1 << 20, 3));
 }
 
 TEST_F(FsckTest, BadIndexRecordIsDeleted) {

@@ -1,23 +1,28 @@
 #!/usr/bin/python3
 """Installs the build into a temporary DESTDIR and checks the tree.
 
-    install_test.py --build-root DIR --prefix P --bindir B --sbindir S --mandir M
+    install_test.py --build-root DIR --prefix P --bindir B --sbindir S --mandir M \
+        --libdir L --includedir I --pythondir PY
 
 Runs `meson install --no-rebuild` (meson test has already built the targets
 this test depends on; a rebuild from inside a test could race other builds),
 then checks that every file kvfs promises is there with the right mode, that
-the installed programs run, and that nothing landed outside the prefix.
+the installed programs run, that nothing landed outside the prefix, and that
+the client side works from the tree: a C and a C++ program build against the
+installed kvfs.pc and run, and the installed Python module imports.
 Exit 0 when the tree is right, 1 with one line per problem otherwise.
 """
 import argparse
 import os
+import shlex
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 
-# (directory option, name, executable?) relative to the prefix.
+# (directory option, name, executable?) relative to the prefix; None: the
+# mode's x bits are not checked (shared libraries).
 EXPECTED = [
     ("sbindir", "kvfs", True),
     ("sbindir", "mkfs.kvfs", True),
@@ -27,7 +32,48 @@ EXPECTED = [
     ("mandir", "man8/mkfs.kvfs.8", False),
     ("mandir", "man8/fsck.kvfs.8", False),
     ("mandir", "man1/kvfs-bench.1", False),
+    ("mandir", "man7/kvfs_ioctl.7", False),
+    ("includedir", "kvfs/ioctl.h", False),
+    ("includedir", "kvfs/kvfs.h", False),
+    ("includedir", "kvfs/kvfs.hpp", False),
+    ("libdir", "libkvfs.so.1", None),
+    ("libdir", "libkvfs.so", None),
+    ("libdir", "pkgconfig/kvfs.pc", False),
+    ("pythondir", "kvfs/__init__.py", False),
+    ("pythondir", "kvfs/abi.py", False),
+    ("pythondir", "kvfs/client.py", False),
+    ("pythondir", "kvfs/_memory.py", False),
 ]
+
+# A client of the installed headers and library. Outside kvfs every call
+# fails with ENOTTY, which is enough to prove that it compiled, linked and
+# reached the library.
+C_PROGRAM = r"""
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <kvfs/kvfs.h>
+int main(void) {
+  int dir = open("/", O_RDONLY | O_DIRECTORY);
+  struct kvfs_buffer *b = NULL;
+  int rc = kvfs_buffer_create(dir, 4096, &b);
+  printf("kvfs_buffer_create: %d\n", rc);
+  return rc == -ENOTTY && b == NULL ? 0 : 1;
+}
+"""
+CXX_PROGRAM = r"""
+#include <cerrno>
+#include <cstdio>
+#include <fcntl.h>
+#include <kvfs/kvfs.hpp>
+int main() {
+  int dir = open("/", O_RDONLY | O_DIRECTORY);
+  kvfs::client::Table t;
+  int rc = kvfs::client::Table::Create(dir, 4, 0, &t);
+  std::printf("Table::Create: %d\n", rc);
+  return rc == -ENOTTY && !t ? 0 : 1;
+}
+"""
 
 # Each installed program must answer this with exit status 0.
 RUNS = [
@@ -46,7 +92,8 @@ def under_destdir(destdir, prefix, subdir, name):
 
 def check_tree(destdir, a):
     problems = []
-    dirs = {"bindir": a.bindir, "sbindir": a.sbindir, "mandir": a.mandir}
+    dirs = {"bindir": a.bindir, "sbindir": a.sbindir, "mandir": a.mandir,
+            "libdir": a.libdir, "includedir": a.includedir, "pythondir": a.pythondir}
     for opt, name, executable in EXPECTED:
         path = under_destdir(destdir, a.prefix, dirs[opt], name)
         try:
@@ -56,6 +103,8 @@ def check_tree(destdir, a):
             continue
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
             problems.append(f"not a non-empty regular file: {os.path.relpath(path, destdir)}")
+        if executable is None:
+            continue
         if executable and (st.st_mode & 0o111) != 0o111:
             problems.append(f"not executable by all (mode {st.st_mode & 0o7777:o}): "
                             f"{os.path.relpath(path, destdir)}")
@@ -78,6 +127,56 @@ def check_tree(destdir, a):
         if r.returncode != 0 or not r.stdout.strip():
             problems.append(f"{name} {' '.join(args)}: exit {r.returncode}, "
                             f"output {r.stdout.strip()[:200]!r}")
+    problems += check_client(destdir, a, dirs)
+    return problems
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=120, **kw)
+
+
+def check_client(destdir, a, dirs):
+    """Builds and runs a C and a C++ client with `pkg-config kvfs` pointed at
+    the DESTDIR tree; imports the installed Python module."""
+    problems = []
+    libdir = under_destdir(destdir, a.prefix, a.libdir, "")
+    env = {**os.environ, "LD_LIBRARY_PATH": libdir,
+           "PKG_CONFIG_PATH": os.path.join(libdir, "pkgconfig")}
+    pc = shutil.which("pkg-config")
+    if pc is None:
+        problems.append("pkg-config not found: cannot check kvfs.pc")
+    else:
+        # The .pc says prefix=PREFIX; the tree is under DESTDIR.
+        r = run([pc, "--cflags", "--libs", "--define-variable=prefix=" +
+                 os.path.join(destdir, a.prefix.lstrip("/")), "kvfs"], env=env)
+        if r.returncode != 0:
+            problems.append(f"pkg-config --cflags --libs kvfs: {r.stdout.strip()}")
+        else:
+            flags = shlex.split(r.stdout)
+            for lang, compiler, std, text in (("c", "cc", [], C_PROGRAM),
+                                              ("c++", "c++", ["-std=c++20"], CXX_PROGRAM)):
+                src = os.path.join(destdir, f"client.{'c' if lang == 'c' else 'cc'}")
+                exe = os.path.join(destdir, f"client-{lang}")
+                with open(src, "w") as f:
+                    f.write(text)
+                r = run([compiler, *std, "-Wall", "-Werror", src, "-o", exe, *flags])
+                if r.returncode != 0:
+                    problems.append(f"{lang} client does not build against the installed "
+                                    f"kvfs.pc ({' '.join(flags)}):\n{r.stdout}")
+                    continue
+                r = run([exe], env=env)
+                if r.returncode != 0:
+                    problems.append(f"{lang} client: exit {r.returncode}: {r.stdout.strip()}")
+                os.unlink(src)
+                os.unlink(exe)
+    pydir = under_destdir(destdir, a.prefix, a.pythondir, "")
+    r = run([sys.executable, "-c", "import kvfs, sys; "
+             "assert kvfs.__file__.startswith(sys.argv[1]), kvfs.__file__; "
+             "print(hex(kvfs.abi.IOC_BATCH))", pydir],
+            env={**os.environ, "PYTHONPATH": pydir}, cwd=destdir)
+    if r.returncode != 0 or r.stdout.strip() != "0xc030b703":
+        problems.append(f"installed Python module kvfs: exit {r.returncode}: {r.stdout.strip()}")
     return problems
 
 
@@ -89,6 +188,9 @@ def main():
     ap.add_argument("--bindir", required=True)
     ap.add_argument("--sbindir", required=True)
     ap.add_argument("--mandir", required=True)
+    ap.add_argument("--libdir", required=True)
+    ap.add_argument("--includedir", required=True)
+    ap.add_argument("--pythondir", required=True)
     a = ap.parse_args()
 
     os.makedirs("/var/tmp", exist_ok=True)

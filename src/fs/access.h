@@ -1,0 +1,43 @@
+// Permission checks of the batch path, as the kernel makes them for
+// open(2), unlink(2) and path lookup (fs/namei.c: generic_permission(),
+// may_delete()). The POSIX path leaves these to the kernel
+// (default_permissions); the batch ioctl reaches files without the kernel
+// walking the path, so fs/ checks them itself for the calling process.
+//
+//   KVFS_RETURN_IF_ERROR(CheckAccess(dir_mode, dir_uid, dir_gid, caller, kMayExec));
+//
+// Pure functions of their arguments; safe from any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "fs/file_system.h"
+
+namespace kvfs::fs {
+
+// Bits of `want` (the values of R_OK, W_OK, X_OK).
+inline constexpr int kMayRead = 4;
+inline constexpr int kMayWrite = 2;
+inline constexpr int kMayExec = 1;
+
+// True if `gid` is the caller's primary group or one of its supplementary
+// groups.
+bool CallerInGroup(const Caller& caller, uint32_t gid);
+
+// OK if `caller` may access an inode of `mode` (type and permission bits)
+// owned by uid:gid as `want` asks, else EACCES. The owner class is used if
+// the caller owns it, else the group class if it is in the group, else
+// other (the first class that matches decides, as in the kernel). uid 0
+// passes every read and write check, and search of a directory; it may
+// execute a non-directory only if some x bit is set.
+Status CheckAccess(uint32_t mode, uint32_t uid, uint32_t gid, const Caller& caller, int want);
+
+// The sticky-directory rule for removing or replacing an entry: in a
+// directory with S_ISVTX only the owner of the entry's inode, the owner of
+// the directory or uid 0 may do it; anyone else gets EPERM. OK otherwise.
+// (Write and search permission on the directory are checked separately.)
+Status CheckSticky(uint32_t dir_mode, uint32_t dir_uid, uint32_t victim_uid,
+                   const Caller& caller);
+
+}  // namespace kvfs::fs

@@ -1,0 +1,498 @@
+// The batch ioctl (include/kvfs/ioctl.h): KVFS_IOC_REGISTER,
+// KVFS_IOC_UNREGISTER, KVFS_IOC_BATCH.
+//
+// libfuse gives a normal filesystem the "restricted" ioctl: the kernel copies
+// in and out exactly the struct the command's size encodes, so in_buf and
+// out_bufsz are fixed and the reply is fuse_reply_ioctl with that struct.
+//
+// BATCH: the entry table and the names are copied into daemon memory first
+// (the client may change shared memory under us; we act on one snapshot),
+// every entry is decoded into an fs::BatchItem (a refused entry keeps its
+// errno and is not run), then fs::BatchRunner runs them; the completion
+// writes each status and result back into the table and replies. Entries'
+// data stay in registered memory (the device reads/writes it directly) or,
+// for buf_id 0, go through a bounce buffer filled/drained with
+// process_vm_readv/writev while the entry is in flight.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fs/batch.h"
+#include "fuse/buffer_registry.h"
+#include "fuse/ops.h"
+#include "fuse/reply.h"
+#include "kvfs/ioctl.h"
+
+namespace kvfs::fuse::ops {
+
+namespace {
+
+constexpr size_t kEntryBytes = sizeof(kvfs_batch_entry);
+// process_vm_readv/writev take at most this many iovecs per call.
+constexpr size_t kMaxIov = 1024;
+constexpr uint64_t kPageBytes = 4096;
+
+int ErrnoOfRemote(int err) {
+  // The kernel refusing access to the caller's memory is the documented
+  // EPERM; a bad address is EFAULT.
+  if (err == EPERM || err == ESRCH || err == EACCES) return EPERM;
+  if (err == ENOMEM) return ENOMEM;
+  return EFAULT;
+}
+
+// Copies `len` bytes between daemon memory and the caller's address
+// `remote`. Returns 0 or a positive errno (EPERM, EFAULT, ...).
+int RemoteCopy(pid_t pid, char* local, uint64_t remote, uint64_t len, bool to_caller) {
+  uint64_t done = 0;
+  while (done < len) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(len - done, 1ull << 30));
+    iovec l{local + done, n};
+    iovec r{reinterpret_cast<void*>(remote + done), n};
+    ssize_t rc = to_caller ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                           : process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (rc < 0) return ErrnoOfRemote(errno);
+    if (rc == 0) return EFAULT;
+    done += static_cast<uint64_t>(rc);
+  }
+  return 0;
+}
+
+// `off`..`off+len` inside a region of `size` bytes (overflow-safe).
+bool Inside(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
+
+// The caller's process: every registration is looked up by it.
+Result<pid_t> CallerTgid(fuse_req_t req) { return TgidOf(fuse_req_ctx(req)->pid); }
+
+template <typename Args>
+bool ArgsOk(fuse_req_t req, const void* in_buf, size_t in_bufsz, Args* args, const char* op) {
+  if (in_buf == nullptr || in_bufsz != sizeof(Args)) {
+    ReplyStatus(req, Status::Error(EINVAL, "bad argument size"), op);
+    return false;
+  }
+  std::memcpy(args, in_buf, sizeof(Args));
+  if (args->version != KVFS_ABI_VERSION) {
+    ReplyStatus(req,
+                Status::Error(EPROTO, "ABI version " + std::to_string(args->version) +
+                                          ", this daemon speaks " +
+                                          std::to_string(KVFS_ABI_VERSION)),
+                op);
+    return false;
+  }
+  return true;
+}
+
+void Register(fuse_req_t req, fuse_file_info* fi, bool dir, const void* in_buf,
+              size_t in_bufsz, size_t out_bufsz) {
+  kvfs_register_args args;
+  if (!ArgsOk(req, in_buf, in_bufsz, &args, "register")) return;
+  if (out_bufsz < sizeof(args)) {
+    ReplyStatus(req, Status::Error(EINVAL, "register: no room for the reply"), "register");
+    return;
+  }
+  if (args.flags != 0) {
+    ReplyStatus(req, Status::Error(EINVAL, "register: flags must be 0"), "register");
+    return;
+  }
+  SessionState& s = StateOf(req);
+  Result<uint64_t> id = NoThrow([&]() -> Result<uint64_t> {
+    KVFS_ASSIGN_OR_RETURN(pid_t tgid, CallerTgid(req));
+    return s.registry.Register(Registrant{tgid, fuse_req_ctx(req)->uid}, args.fd, args.length,
+                               OwnerFile{fi->fh, dir});
+  });
+  if (!id.ok()) {
+    ReplyStatus(req, id.status(), "register");
+    return;
+  }
+  args.buf_id = *id;
+  spdlog::debug("register: buffer {} ({} bytes) for pid {}", *id, args.length,
+                fuse_req_ctx(req)->pid);
+  fuse_reply_ioctl(req, 0, &args, sizeof(args));
+}
+
+void Unregister(fuse_req_t req, const void* in_buf, size_t in_bufsz) {
+  kvfs_unregister_args args;
+  if (!ArgsOk(req, in_buf, in_bufsz, &args, "unregister")) return;
+  if (args.reserved != 0) {
+    ReplyStatus(req, Status::Error(EINVAL, "unregister: reserved must be 0"), "unregister");
+    return;
+  }
+  SessionState& s = StateOf(req);
+  Status st = NoThrow([&]() -> Status {
+    KVFS_ASSIGN_OR_RETURN(pid_t tgid, CallerTgid(req));
+    return s.registry.Unregister(tgid, args.buf_id);
+  });
+  if (!st.ok()) {
+    ReplyStatus(req, st, "unregister");
+    return;
+  }
+  fuse_reply_ioctl(req, 0, nullptr, 0);
+}
+
+// A bounce buffer for caller memory (buf_id 0), owned by the entry's hooks
+// and so freed when the entry finishes.
+struct Bounce {
+  char* data = nullptr;
+  ~Bounce() { std::free(data); }
+};
+
+// Everything one BATCH call holds until it replies.
+struct BatchCall {
+  std::shared_ptr<AsyncReply> reply;
+  kvfs_batch_args args{};
+  pid_t tgid = 0;
+  std::shared_ptr<MappedBuffer> table;  // null when the table is caller memory
+  std::vector<kvfs_batch_entry> entries;
+  // The registrations the entries use: mapped until the reply.
+  std::map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
+};
+
+// Reads the entry table into call->entries. 0 or the call's errno.
+int ReadTable(BatchCall* call, BufferRegistry& registry) {
+  const kvfs_batch_args& a = call->args;
+  uint64_t bytes = uint64_t{a.count} * kEntryBytes;
+  call->entries.resize(a.count);
+  if (a.table_id == 0) {
+    return RemoteCopy(call->tgid, reinterpret_cast<char*>(call->entries.data()), a.table_off,
+                      bytes, /*to_caller=*/false);
+  }
+  Result<std::shared_ptr<MappedBuffer>> t = registry.Find(call->tgid, a.table_id);
+  if (!t.ok()) return EBADF;
+  if (!Inside(a.table_off, bytes, (*t)->size())) return EFAULT;
+  call->table = *t;
+  std::memcpy(call->entries.data(), call->table->data() + a.table_off, bytes);
+  return 0;
+}
+
+// Reads the names of the entries not refused yet. Caller memory is read in
+// runs of up to kMaxIov names per syscall; a name the kernel cannot read
+// fails only its entry (EFAULT, or EPERM when access is refused).
+void ReadNames(BatchCall* call, std::vector<fs::BatchItem>& items) {
+  if (call->table) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i].error != 0) continue;
+      const kvfs_batch_entry& e = call->entries[i];
+      if (!Inside(e.name_off, e.name_len, call->table->size())) {
+        items[i].error = EFAULT;
+        continue;
+      }
+      items[i].path.assign(call->table->data() + e.name_off, e.name_len);
+    }
+    return;
+  }
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].error != 0) continue;
+    items[i].path.resize(call->entries[i].name_len);
+    todo.push_back(i);
+  }
+  std::vector<iovec> local, remote;
+  size_t pos = 0;
+  while (pos < todo.size()) {
+    size_t n = std::min(kMaxIov, todo.size() - pos);
+    local.clear();
+    remote.clear();
+    for (size_t k = 0; k < n; ++k) {
+      size_t i = todo[pos + k];
+      local.push_back({items[i].path.data(), items[i].path.size()});
+      remote.push_back({reinterpret_cast<void*>(call->entries[i].name_off), items[i].path.size()});
+    }
+    ssize_t rc = process_vm_readv(call->tgid, local.data(), n, remote.data(), n, 0);
+    if (rc < 0) {
+      // Nothing was read: the first name of this run is the bad one.
+      items[todo[pos]].error = ErrnoOfRemote(errno);
+      ++pos;
+      continue;
+    }
+    // The kernel stops at the first name it cannot read in full.
+    uint64_t got = static_cast<uint64_t>(rc);
+    size_t k = 0;
+    while (k < n && got >= local[k].iov_len) {
+      got -= local[k].iov_len;
+      ++k;
+    }
+    if (k < n) items[todo[pos + k]].error = EFAULT;
+    pos += k + 1;
+  }
+}
+
+// The kernel caches names (entry and negative timeouts): a WRITE or DELETE
+// of the batch changed one behind its back, so the cached entry must go.
+// Runs on a runner thread, never in a FUSE request's path (which the
+// kernel's invalidation could wait on).
+void InvalidateName(SessionState& s, uint64_t dir, const std::string& path,
+                    const fs::Caller& caller) {
+  if (s.session == nullptr) return;
+  size_t slash = path.rfind('/');
+  uint64_t parent = dir;
+  std::string_view name = path;
+  if (slash != std::string::npos) {
+    Result<fs::Attr> p = s.fs->LookupPath(dir, std::string_view(path).substr(0, slash), caller);
+    if (!p.ok()) return;  // the directory went meanwhile: nothing of it is cached
+    parent = p->ino;
+    name = std::string_view(path).substr(slash + 1);
+  }
+  int rc = fuse_lowlevel_notify_inval_entry(s.session, parent, name.data(), name.size());
+  if (rc != 0 && rc != -ENOENT) {
+    spdlog::debug("batch: invalidating {} in the kernel: {}", path, std::strerror(-rc));
+  }
+}
+
+// Decodes entry i (its name is read already) into items[i]; sets
+// items[i].error when it is refused.
+void DecodeEntry(BatchCall* call, SessionState& s, const std::shared_ptr<const fs::Caller>& caller,
+                 uint64_t dir, size_t i, fs::BatchItem& it) {
+  BufferRegistry& registry = s.registry;
+  const kvfs_batch_entry& e = call->entries[i];
+  if (it.error != 0) return;
+  if (it.path.find('\0') != std::string::npos) {
+    it.error = EINVAL;
+    return;
+  }
+  if (e.op == KVFS_OP_WRITE || e.op == KVFS_OP_DELETE) {
+    SessionState* state = &s;
+    it.finish = [state, caller, dir](fs::BatchItem& item) -> Status {
+      InvalidateName(*state, dir, item.path, *caller);
+      return Status::OK();
+    };
+  }
+  if (e.op != KVFS_OP_READ && e.op != KVFS_OP_WRITE) {
+    it.op = e.op == KVFS_OP_STAT       ? fs::BatchOp::kStat
+            : e.op == KVFS_OP_PREFETCH ? fs::BatchOp::kPrefetch
+                                       : fs::BatchOp::kDelete;
+    return;  // no memory
+  }
+  if (e.length > KVFS_ENTRY_MAX_BYTES) {
+    it.error = EFBIG;
+    return;
+  }
+  if (e.op == KVFS_OP_READ) {
+    it.op = fs::BatchOp::kRead;
+    if (e.length == 0 || e.file_off > static_cast<uint64_t>(INT64_MAX) - e.length) {
+      it.error = EINVAL;
+      return;
+    }
+    it.file_off = e.file_off;
+  } else {
+    it.op = fs::BatchOp::kWrite;
+    if (e.length == 0) return;  // an empty file: no memory
+  }
+  if (e.buf_id != 0) {
+    auto found = call->buffers.find(e.buf_id);
+    if (found == call->buffers.end()) {
+      Result<std::shared_ptr<MappedBuffer>> b = registry.Find(call->tgid, e.buf_id);
+      found = call->buffers.emplace(e.buf_id, b.ok() ? *b : nullptr).first;
+    }
+    const std::shared_ptr<MappedBuffer>& buf = found->second;
+    if (!buf) {
+      it.error = EBADF;
+      return;
+    }
+    if (!Inside(e.buf_off, e.length, buf->size())) {
+      it.error = EFAULT;
+      return;
+    }
+    it.data = std::span<char>(buf->data() + e.buf_off, e.length);
+    // Unaligned entries go through fs/'s own bounce buffers: count them
+    // against the bound (aligned ones move device <-> this memory).
+    bool aligned = reinterpret_cast<uintptr_t>(it.data.data()) % kPageBytes == 0 &&
+                   (e.op != KVFS_OP_READ || e.file_off % kPageBytes == 0);
+    it.budget_bytes = aligned ? 0 : e.length;
+    return;
+  }
+  // Caller memory at address buf_off, through a bounce buffer that lives
+  // only while the entry is in flight (so it counts against the bound).
+  uint64_t len = e.length;
+  uint64_t addr = e.buf_off;
+  if (addr > UINT64_MAX - len) {
+    it.error = EFAULT;
+    return;
+  }
+  pid_t tgid = call->tgid;
+  bool is_write = e.op == KVFS_OP_WRITE;
+  auto bounce = std::make_shared<Bounce>();
+  it.budget_bytes = len;
+  it.prepare = [bounce, len, addr, tgid, is_write](fs::BatchItem& item) -> Status {
+    uint64_t alloc = (len + kPageBytes - 1) / kPageBytes * kPageBytes;
+    bounce->data = static_cast<char*>(std::aligned_alloc(kPageBytes, alloc));
+    if (bounce->data == nullptr) return Status::Error(ENOMEM, "batch: bounce buffer");
+    if (is_write) {
+      int err = RemoteCopy(tgid, bounce->data, addr, len, /*to_caller=*/false);
+      if (err != 0) return Status::Error(err, "batch: reading the caller's memory");
+    }
+    item.data = std::span<char>(bounce->data, len);
+    return Status::OK();
+  };
+  if (!is_write) {
+    it.finish = [bounce, addr, tgid](fs::BatchItem& item) -> Status {
+      int err = RemoteCopy(tgid, bounce->data, addr, item.result, /*to_caller=*/true);
+      if (err != 0) return Status::Error(err, "batch: writing the caller's memory");
+      return Status::OK();
+    };
+  }
+}
+
+// Writes status/result of every entry back into the table. 0 or an errno.
+int WriteBack(BatchCall* call) {
+  const uint64_t base = call->args.table_off;
+  constexpr size_t kTail = offsetof(kvfs_batch_entry, status);
+  static_assert(offsetof(kvfs_batch_entry, result) + sizeof(uint64_t) == kEntryBytes);
+  if (call->table) {
+    char* t = call->table->data() + base;
+    for (size_t i = 0; i < call->entries.size(); ++i) {
+      char* e = t + i * kEntryBytes;
+      std::memcpy(e + offsetof(kvfs_batch_entry, status), &call->entries[i].status,
+                  sizeof(int32_t));
+      std::memcpy(e + offsetof(kvfs_batch_entry, result), &call->entries[i].result,
+                  sizeof(uint64_t));
+    }
+    return 0;
+  }
+  // Caller memory: the 16-byte tail (status, flags as read, result) of each
+  // entry, kMaxIov entries per syscall.
+  std::vector<iovec> local, remote;
+  for (size_t pos = 0; pos < call->entries.size(); pos += kMaxIov) {
+    size_t n = std::min(kMaxIov, call->entries.size() - pos);
+    local.clear();
+    remote.clear();
+    for (size_t k = 0; k < n; ++k) {
+      local.push_back({reinterpret_cast<char*>(&call->entries[pos + k]) + kTail, kEntryBytes - kTail});
+      remote.push_back(
+          {reinterpret_cast<void*>(base + (pos + k) * kEntryBytes + kTail), kEntryBytes - kTail});
+    }
+    ssize_t rc = process_vm_writev(call->tgid, local.data(), n, remote.data(), n, 0);
+    if (rc < 0) return ErrnoOfRemote(errno);
+    if (static_cast<uint64_t>(rc) != n * (kEntryBytes - kTail)) return EFAULT;
+  }
+  return 0;
+}
+
+void Finish(const std::shared_ptr<BatchCall>& call, std::vector<fs::BatchItem>& items) {
+  kvfs_batch_args out = call->args;
+  out.completed = 0;
+  out.failed = 0;
+  out.bytes = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    kvfs_batch_entry& e = call->entries[i];
+    e.status = items[i].error;
+    e.result = items[i].error == 0 ? items[i].result : 0;
+    if (e.status == 0) {
+      ++out.completed;
+      if (e.op == KVFS_OP_READ || e.op == KVFS_OP_WRITE) out.bytes += e.result;
+    } else {
+      ++out.failed;
+    }
+  }
+  int err = WriteBack(call.get());
+  if (!call->reply->Claim()) return;
+  if (err != 0) {
+    ReplyStatus(call->reply->req(), Status::Error(err, "batch: writing the results back"), "batch");
+    return;
+  }
+  fuse_reply_ioctl(call->reply->req(), 0, &out, sizeof(out));
+}
+
+fs::BatchRunner& RunnerOf(SessionState& s) {
+  std::call_once(s.batch_once, [&] {
+    s.batch = std::make_unique<fs::BatchRunner>(*s.fs, fs::BatchLimits{});
+  });
+  return *s.batch;
+}
+
+void Batch(fuse_req_t req, fuse_ino_t ino, bool dir, const void* in_buf, size_t in_bufsz,
+           size_t out_bufsz) {
+  kvfs_batch_args args;
+  if (!ArgsOk(req, in_buf, in_bufsz, &args, "batch")) return;
+  auto refuse = [&](int code, const std::string& why) {
+    ReplyStatus(req, Status::Error(code, "batch: " + why), "batch");
+  };
+  if (out_bufsz < sizeof(args)) return refuse(EINVAL, "no room for the reply");
+  if (args.flags != 0) return refuse(EINVAL, "flags must be 0");
+  if (args.count == 0) return refuse(EINVAL, "count is 0");
+  if (args.count > KVFS_BATCH_MAX_ENTRIES) {
+    return refuse(E2BIG, std::to_string(args.count) + " entries, at most " +
+                             std::to_string(KVFS_BATCH_MAX_ENTRIES));
+  }
+  if (!dir) return refuse(ENOTDIR, "the ioctl fd is not a directory");
+  if (args.table_off % 8 != 0) return refuse(EINVAL, "table_off is not 8-byte aligned");
+
+  SessionState& s = StateOf(req);
+  std::shared_ptr<BatchCall> call;
+  std::vector<fs::BatchItem> items;
+  fs::Caller caller;
+  try {
+    Result<pid_t> tgid = CallerTgid(req);
+    if (!tgid.ok()) return refuse(tgid.status().code(), tgid.status().ToString());
+    call = std::make_shared<BatchCall>();
+    call->args = args;
+    call->tgid = *tgid;
+    if (int err = ReadTable(call.get(), s.registry); err != 0) {
+      return refuse(err, err == EBADF ? "table_id is not a registration of this process"
+                                      : "cannot read the entry table");
+    }
+    items.resize(args.count);
+    for (size_t i = 0; i < items.size(); ++i) {
+      const kvfs_batch_entry& e = call->entries[i];
+      if (e.op < KVFS_OP_READ || e.op > KVFS_OP_DELETE || e.flags != 0 ||
+          (e.op != KVFS_OP_READ && e.file_off != 0)) {
+        items[i].error = EINVAL;
+      } else if (e.name_len == 0) {
+        items[i].error = EINVAL;
+      } else if (e.name_len > KVFS_PATH_MAX) {
+        items[i].error = ENAMETOOLONG;
+      }
+    }
+    ReadNames(call.get(), items);
+    caller = CallerOf(req, /*with_groups=*/true);
+    auto shared_caller = std::make_shared<const fs::Caller>(caller);
+    for (size_t i = 0; i < items.size(); ++i) {
+      DecodeEntry(call.get(), s, shared_caller, ino, i, items[i]);
+    }
+    call->reply = AsyncReply::Start(req, "batch");
+  } catch (const std::bad_alloc&) {
+    return refuse(ENOMEM, "out of memory");
+  }
+  // From here the reply is owed by the completion (or by AsyncReply's
+  // destructor if Run() throws before starting).
+  try {
+    RunnerOf(s).Run(ino, std::move(caller), std::move(items),
+                    [call](std::vector<fs::BatchItem>& done) { Finish(call, done); });
+  } catch (const std::bad_alloc&) {
+    if (call->reply->Claim()) fuse_reply_err(req, ENOMEM);
+  } catch (const std::system_error& e) {  // the runner's threads could not start
+    spdlog::error("batch: {}", e.what());
+    if (call->reply->Claim()) fuse_reply_err(req, EAGAIN);
+  }
+}
+
+}  // namespace
+
+void KvfsIoctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, fuse_file_info* fi,
+               unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
+  bool dir = (flags & FUSE_IOCTL_DIR) != 0;
+  UnblockFaultSignals();  // this thread copies the table out of registered memory
+  switch (cmd) {
+    case KVFS_IOC_REGISTER:
+      Register(req, fi, dir, in_buf, in_bufsz, out_bufsz);
+      return;
+    case KVFS_IOC_UNREGISTER:
+      Unregister(req, in_buf, in_bufsz);
+      return;
+    case KVFS_IOC_BATCH:
+      Batch(req, ino, dir, in_buf, in_bufsz, out_bufsz);
+      return;
+    default:
+      fuse_reply_err(req, ENOTTY);
+  }
+}
+
+}  // namespace kvfs::fuse::ops

@@ -1,0 +1,225 @@
+#include "ctl/stats_view.h"
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <initializer_list>
+#include <vector>
+
+namespace kvfs::ctl {
+
+namespace {
+
+using nlohmann::json;
+
+std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Fmt(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+// The member at `path` of nested objects, or null when any step is missing.
+const json* At(const json& j, std::initializer_list<std::string_view> path) {
+  const json* cur = &j;
+  for (std::string_view key : path) {
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(key);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+  }
+  return cur;
+}
+uint64_t U(const json* j) { return j != nullptr && j->is_number() ? j->get<uint64_t>() : 0; }
+double D(const json* j) { return j != nullptr && j->is_number() ? j->get<double>() : 0.0; }
+uint64_t U(const json& j, std::initializer_list<std::string_view> path) { return U(At(j, path)); }
+
+// The members of object `j`, the names in `order` first (in that order),
+// then any others (a newer daemon's) in the document's order.
+std::vector<std::string> Keys(const json* j, std::initializer_list<std::string_view> order) {
+  std::vector<std::string> keys;
+  if (j == nullptr || !j->is_object()) return keys;
+  for (std::string_view k : order) {
+    if (j->contains(k)) keys.emplace_back(k);
+  }
+  for (auto it = j->begin(); it != j->end(); ++it) {
+    bool known = false;
+    for (std::string_view k : order) known = known || it.key() == k;
+    if (!known) keys.push_back(it.key());
+  }
+  return keys;
+}
+
+// Per-second rate of a counter between two documents; "-" without a
+// previous one or across a counter reset (a remount).
+class Rates {
+ public:
+  Rates(const json* prev, double interval_s) : prev_(prev), interval_s_(interval_s) {}
+  bool on() const { return prev_ != nullptr && interval_s_ > 0; }
+  // NaN when there is no rate.
+  double Of(const json& now, std::initializer_list<std::string_view> path) const {
+    if (!on()) return NAN;
+    const json* a = At(*prev_, path);
+    const json* b = At(now, path);
+    if (a == nullptr || b == nullptr || U(b) < U(a)) return NAN;
+    return static_cast<double>(U(b) - U(a)) / interval_s_;
+  }
+
+ private:
+  const json* prev_;
+  double interval_s_;
+};
+
+std::string Count(double per_s) {
+  if (std::isnan(per_s)) return "-";
+  if (per_s == 0) return "0";
+  return per_s < 10 ? Fmt("%.1f", per_s) : Fmt("%.0f", per_s);
+}
+std::string BytesRate(double per_s) {
+  if (std::isnan(per_s)) return "-";
+  return HumanBytes(static_cast<uint64_t>(per_s));
+}
+std::string Latency(const json* lat, std::string_view key) {
+  if (U(At(*lat, {"count"})) == 0) return "-";
+  return HumanMicros(D(At(*lat, {key})));
+}
+
+}  // namespace
+
+std::string HumanBytes(uint64_t bytes) {
+  static constexpr char kSuffix[] = "KMGTPE";
+  if (bytes < 1024) return std::to_string(bytes);
+  double v = static_cast<double>(bytes);
+  size_t unit = 0;
+  v /= 1024;
+  while (v >= 1024 && unit + 1 < sizeof(kSuffix) - 1) {
+    v /= 1024;
+    ++unit;
+  }
+  // Rounded up, as df -h does: never shows less than there is.
+  if (v < 10) {
+    const double r = std::ceil(v * 10) / 10;
+    if (r < 10) return Fmt("%.1f%c", r, kSuffix[unit]);
+    v = r;
+  }
+  double r = std::ceil(v);
+  if (r >= 1024 && unit + 1 < sizeof(kSuffix) - 1) return Fmt("1.0%c", kSuffix[unit + 1]);
+  return Fmt("%.0f%c", r, kSuffix[unit]);
+}
+
+std::string HumanMicros(double us) {
+  if (us < 1) return Fmt("%.0fns", us * 1000);
+  if (us < 10) return Fmt("%.2fus", us);
+  if (us < 1000) return Fmt("%.1fus", us);
+  if (us < 10'000) return Fmt("%.2fms", us / 1000);
+  if (us < 1'000'000) return Fmt("%.1fms", us / 1000);
+  return Fmt("%.2fs", us / 1e6);
+}
+
+std::string RenderStats(const json& now, const json* prev, double interval_s,
+                        std::string_view header) {
+  const Rates rate(prev, interval_s);
+  std::string o(header);
+  o += "\n\n";
+
+  // Operations of the filesystem (latency from the fs/ call to its reply).
+  const json* ops = At(now, {"ops"});
+  if (rate.on()) {
+    o += Fmt("%-9s %10s %8s %8s %8s %8s %8s %8s %8s %8s\n", "OP", "COUNT", "OPS/S", "BYTES",
+             "BYTES/S", "P50", "P90", "P99", "P99.9", "MAX");
+  } else {
+    o += Fmt("%-9s %10s %8s %8s %8s %8s %8s %8s\n", "OP", "COUNT", "BYTES", "P50", "P90", "P99",
+             "P99.9", "MAX");
+  }
+  for (const std::string& name : Keys(ops, {"lookup", "read", "write", "prefetch", "fsync"})) {
+    const json* lat = At(*ops, {name, "latency"});
+    static const json kEmpty = json::object();
+    if (lat == nullptr) lat = &kEmpty;
+    const uint64_t bytes = U(*ops, {name, "bytes"});
+    const std::string bytes_s = bytes || name != "lookup" ? HumanBytes(bytes) : "-";
+    std::string lats = Fmt("%8s %8s %8s %8s %8s", Latency(lat, "p50_us").c_str(),
+                           Latency(lat, "p90_us").c_str(), Latency(lat, "p99_us").c_str(),
+                           Latency(lat, "p999_us").c_str(), Latency(lat, "max_us").c_str());
+    const unsigned long long count = U(*lat, {"count"});
+    if (rate.on()) {
+      o += Fmt("%-9s %10llu %8s %8s %8s %s\n", name.c_str(), count,
+               Count(rate.Of(now, {"ops", name, "latency", "count"})).c_str(), bytes_s.c_str(),
+               BytesRate(rate.Of(now, {"ops", name, "bytes"})).c_str(), lats.c_str());
+    } else {
+      o += Fmt("%-9s %10llu %8s %s\n", name.c_str(), count, bytes_s.c_str(), lats.c_str());
+    }
+  }
+
+  // Device lanes (io/ scheduler): commands, not filesystem calls.
+  const json* lanes = At(now, {"lanes"});
+  o += "\n";
+  if (rate.on()) {
+    o += Fmt("%-9s %10s %8s %8s %8s %9s %7s %7s %8s %8s\n", "LANE", "OPS", "OPS/S", "BYTES",
+             "BYTES/S", "IN-FLIGHT", "QUEUED", "ERRORS", "P50", "P99");
+  } else {
+    o += Fmt("%-9s %10s %8s %9s %7s %7s %8s %8s\n", "LANE", "OPS", "BYTES", "IN-FLIGHT", "QUEUED",
+             "ERRORS", "P50", "P99");
+  }
+  for (const std::string& name : Keys(lanes, {"meta", "read", "prefetch", "write", "delete"})) {
+    const json& l = (*lanes)[name];
+    static const json kEmpty = json::object();
+    const json* lat = At(l, {"latency"});
+    if (lat == nullptr) lat = &kEmpty;
+    const unsigned long long n = U(l, {"ops"});
+    const std::string bytes = HumanBytes(U(l, {"bytes"}));
+    const unsigned long long inflight = U(l, {"inflight"}), queued = U(l, {"queued"}),
+                             errors = U(l, {"errors"});
+    if (rate.on()) {
+      o += Fmt("%-9s %10llu %8s %8s %8s %9llu %7llu %7llu %8s %8s\n", name.c_str(), n,
+               Count(rate.Of(now, {"lanes", name, "ops"})).c_str(), bytes.c_str(),
+               BytesRate(rate.Of(now, {"lanes", name, "bytes"})).c_str(), inflight, queued, errors,
+               Latency(lat, "p50_us").c_str(), Latency(lat, "p99_us").c_str());
+    } else {
+      o += Fmt("%-9s %10llu %8s %9llu %7llu %7llu %8s %8s\n", name.c_str(), n, bytes.c_str(),
+               inflight, queued, errors, Latency(lat, "p50_us").c_str(),
+               Latency(lat, "p99_us").c_str());
+    }
+  }
+
+  // Cache, prefetch, staging, space, errors: one line each.
+  o += "\n";
+  const unsigned long long hits = U(now, {"cache", "hits"}), misses = U(now, {"cache", "misses"});
+  o += Fmt("%-9s hits %llu, misses %llu, hit rate %s", "cache", hits, misses,
+           hits + misses ? Fmt("%.1f%%", 100.0 * hits / (hits + misses)).c_str() : "-");
+  if (rate.on()) {
+    const double h = rate.Of(now, {"cache", "hits"}), m = rate.Of(now, {"cache", "misses"});
+    o += Fmt(" (now %s hits/s, %s misses/s)", Count(h).c_str(), Count(m).c_str());
+  }
+  o += Fmt("; holds %s of %s in %llu entries\n", HumanBytes(U(now, {"cache", "bytes"})).c_str(),
+           HumanBytes(U(now, {"cache", "budget"})).c_str(),
+           static_cast<unsigned long long>(U(now, {"cache", "entries"})));
+  const uint64_t used = U(now, {"cache", "prefetch_used_bytes"}),
+                 wasted = U(now, {"cache", "prefetch_wasted_bytes"});
+  o += Fmt("%-9s read %s, used %s, wasted %s", "prefetch",
+           HumanBytes(U(now, {"cache", "prefetched_bytes"})).c_str(), HumanBytes(used).c_str(),
+           HumanBytes(wasted).c_str());
+  if (used + wasted) o += Fmt(" (%.1f%% of settled bytes used)", 100.0 * used / (used + wasted));
+  o += "\n";
+  o += Fmt("%-9s %s staged (dirty) of %s; %llu index changes queued\n", "staging",
+           HumanBytes(U(now, {"staging", "staged_bytes"})).c_str(),
+           HumanBytes(U(now, {"staging", "bound_bytes"})).c_str(),
+           static_cast<unsigned long long>(U(now, {"commits", "queued"})));
+  o += Fmt("%-9s %s total, %s free, largest free extent %s (%llu free extents)\n", "space",
+           HumanBytes(U(now, {"space", "total_bytes"})).c_str(),
+           HumanBytes(U(now, {"space", "free_bytes"})).c_str(),
+           HumanBytes(U(now, {"space", "largest_free_bytes"})).c_str(),
+           static_cast<unsigned long long>(U(now, {"space", "free_extents"})));
+  std::string errs;
+  const json* errors = At(now, {"errors"});
+  for (const std::string& k : Keys(errors, {})) {
+    if (!errs.empty()) errs += ", ";
+    errs += Fmt("%s %llu", k.c_str(), static_cast<unsigned long long>(U(*errors, {k})));
+  }
+  o += Fmt("%-9s %s\n", "errors", errs.empty() ? "none" : errs.c_str());
+  return o;
+}
+
+}  // namespace kvfs::ctl
