@@ -781,7 +781,7 @@ class Bench:
         if "restore" in c["workloads"]:
             n += c["rounds"] * fs
         if "batch" in c["workloads"]:
-            n += c["rounds"] * len(c["sizes"])
+            n += c["rounds"] * (len(c["sizes"]) + 1)
         return n
 
     def record(self, **sample):
@@ -1142,6 +1142,45 @@ class Bench:
             finally:
                 if not self.stop.is_set():
                     shutil.rmtree(d, ignore_errors=True)
+        self.run_batch_exists(kvfs_mod, t, rnd)
+
+    def run_batch_exists(self, kvfs_mod, t, rnd):
+        """EXISTS of lookup_names names (half of them missing) in one call,
+        against an os.path.exists loop over the same names; cold caches."""
+        n = self.cfg["lookup_names"]
+        self.progress.step(f"batch exists {n} names on kvfs round {rnd + 1}/{self.cfg['rounds']}")
+        d = os.path.join(t.workdir, f"batch-exists-r{rnd}")
+        os.makedirs(d)
+        try:
+            names = [f"bench-model@8@e{rnd}@{i:06d}.data" for i in range(n)]
+            for name in names[::2]:
+                os.close(os.open(os.path.join(d, name), os.O_CREAT | os.O_WRONLY, 0o644))
+            want = [i % 2 == 0 for i in range(n)]
+            common = dict(workload="batch", fs="kvfs", mode="ioctl", size=0, batches=1,
+                          keys=n, round=rnd, unit="names/s")
+            t.cold()
+            t0 = time.perf_counter()
+            paths = [os.path.join(d, name) for name in names]
+            got_loop = [os.path.exists(p) for p in paths]
+            loop_s = time.perf_counter() - t0
+            t.cold()
+            with kvfs_mod.Client(d) as client:
+                t0 = time.perf_counter()
+                got = client.exists_batch(names)
+                batch_s = time.perf_counter() - t0
+            ok = got == want and got_loop == want
+            self.record(op="exists loop", seconds=loop_s, value=n / loop_s, verified=ok, **common)
+            r = self.record(op="exists", seconds=batch_s, value=n / batch_s, verified=ok,
+                            speedup=loop_s / batch_s, **common)
+            if not ok:
+                raise BenchError(f"batch exists: {sum(a != b for a, b in zip(got, want))} of "
+                                 f"{n} answers wrong (os.path.exists: "
+                                 f"{sum(a != b for a, b in zip(got_loop, want))})")
+            self.progress.result(f"{r['value']:.0f} names/s, {loop_s / batch_s:.1f}x "
+                                 "an os.path.exists loop")
+        finally:
+            if not self.stop.is_set():
+                shutil.rmtree(d, ignore_errors=True)
 
     # ------------------------------------------------------------ restore
 
@@ -1458,7 +1497,9 @@ def format_report(fio_rows, rows, cfg):
             if "note" in r:
                 notes.append(f"{r['workload']:<9} {r['note']}")
                 continue
-            if r["workload"] in ("lmcache", "batch"):
+            if r["workload"] == "batch" and r["size"] == 0:
+                size = f"{r['keys']} names"
+            elif r["workload"] in ("lmcache", "batch"):
                 size = f"{fmt_size(r['size'])} x{r['keys']}"
             elif r["workload"] == "restore":
                 size = f"{r['keys']}x{fmt_size(r['size'])}"

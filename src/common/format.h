@@ -22,5 +22,9 @@ inline constexpr uint32_t kMaxNameLen = 255;
 
 inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 inline constexpr uint64_t AlignDown(uint64_t v, uint64_t a) { return v / a * a; }
+// Memory O_DIRECT can move to or from in place.
+inline bool IsBlockAligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kBlockSize == 0;
+}
 
 }  // namespace kvfs

@@ -24,10 +24,6 @@ uint64_t TotalLen(const std::vector<Extent>& v) {
   return n;
 }
 
-struct FreeDeleter {
-  void operator()(char* p) const { std::free(p); }
-};
-
 }  // namespace
 
 // ------------------------------------------------------------ open / close
@@ -611,213 +607,35 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
     if (it == handles_.end()) return done(Status::Error(EBADF, "read"), {});
     i = it->second.inode;
   }
-  struct Piece {
-    uint32_t device;
-    uint64_t dev_off;   // aligned
-    uint64_t dev_len;   // aligned
-    char* direct;       // read straight into the reply, or null for a bounce
-    uint64_t out_off;   // where the wanted bytes go in the reply
-    uint64_t skip;      // wanted bytes start this far into the device range
-    uint64_t len;       // wanted bytes
-    std::optional<index::FileExtent> verify;  // verify=on: the whole extent is read, checked
-  };
-  std::vector<Piece> pieces;
-  struct Wait {
-    std::shared_ptr<CachedChunk> chunk;
-    uint64_t chunk_off;  // where the wanted bytes start in the cached chunk
-    uint64_t out_off;
-    uint64_t len;
-  };
-  std::vector<Wait> waits;
-  std::vector<device::IoRequest> loads;  // verify=on: whole chunks into the cache
-  Status lost;
-  std::unique_ptr<char, FreeDeleter> out;
+  ReadPlan plan;
+  std::shared_ptr<char> out;
   uint64_t len;
   {
     std::lock_guard<std::mutex> l(i->mu);
     const uint64_t fsize = i->rec.size;
-    if (off >= fsize || size == 0) {
-      return done(Status::OK(), {});
-    }
+    if (off >= fsize || size == 0) return done(Status::OK(), {});
     len = std::min<uint64_t>(size, fsize - off);
+    // A block of slack: the device read of the file's last block lands whole.
     const uint64_t cap = AlignUp(len, kBlockSize) + kBlockSize;
-    out.reset(static_cast<char*>(std::aligned_alloc(kBlockSize, cap)));
+    out.reset(static_cast<char*>(std::aligned_alloc(kBlockSize, cap)), std::free);
     if (!out) return done(Status::Error(ENOMEM, "read buffer"), {});
-    char* dst = out.get();
-    uint64_t pos = off;
-    const uint64_t end = off + len;
-    while (pos < end) {
-      const uint64_t ci = pos / kChunkBytes;
-      const uint64_t cstart = ci * kChunkBytes;
-      const uint64_t hi = std::min(end, cstart + kChunkBytes);
-      auto it = i->chunks.find(ci);
-      const ChunkBuf* mem = nullptr;
-      if (it != i->chunks.end()) {
-        mem = it->second.staged ? it->second.staged.get() : it->second.inflight.get();
-      }
-      if (!mem && it != i->chunks.end() && it->second.failed) {
-        // Never hand out bytes that did not reach the device.
-        lost = Status::Error(EIO, "inode " + std::to_string(i->rec.ino) + ": data at offset " +
-                                      std::to_string(cstart) + " was lost by a failed write");
-        pieces.clear();
-        waits.clear();
-        break;
-      }
-      if (mem) {
-        mem->CopyOut(pos - cstart, hi - cstart, dst + (pos - off));
-      } else {
-        std::memset(dst + (pos - off), 0, hi - pos);  // holes stay zero
-        std::shared_ptr<CachedChunk> cached;
-        if (it != i->chunks.end() && !it->second.extents.empty()) {
-          cached = cache_->Get(i->token, ci, it->second.installed_seq);
-          if (cached && cached->state() == CachedChunk::State::kFailed) cached.reset();
-        }
-        if (!cached && verifier_.enabled() && it != i->chunks.end() &&
-            !it->second.extents.empty()) {
-          // verify=on: load the whole chunk once, checked (fs/read_verify.h).
-          const ChunkState& cs = it->second;
-          uint64_t capacity = 0;
-          for (const auto& fe : cs.extents) {
-            capacity = std::max(capacity, fe.file_off + fe.ext.len - cstart);
-          }
-          cached = cache_->StartLoad(i->token, ci, cs.installed_seq, capacity, false);
-          if (cached) {
-            i->reads_inflight++;
-            {
-              std::lock_guard<std::mutex> t(table_mu_);
-              i->pending_changes++;  // pinned until the load completes
-            }
-            AddVerifiedChunkLoad(verifier_, i->rec.ino, cstart, cs.extents, cached,
-                                 [this, i] { FinishDeviceRead(i); }, &loads);
-          }
-        }
-        if (cached) {
-          // Served from RAM, now or when its load lands.
-          uint64_t avail_end = std::min(hi, cstart + cached->capacity);
-          if (avail_end > pos) waits.push_back({cached, pos - cstart, pos - off, avail_end - pos});
-        } else if (it != i->chunks.end()) {
-          for (const index::FileExtent& fe : it->second.extents) {
-            uint64_t a = std::max(pos, fe.file_off);
-            uint64_t b = std::min(hi, fe.file_off + fe.ext.len);
-            if (a >= b) continue;
-            Piece p;
-            p.device = fe.ext.device;
-            uint64_t rel = a - fe.file_off;
-            p.dev_off = fe.ext.byte_off + AlignDown(rel, kBlockSize);
-            p.skip = rel - AlignDown(rel, kBlockSize);
-            p.dev_len = AlignUp(p.skip + (b - a), kBlockSize);
-            p.out_off = a - off;
-            p.len = b - a;
-            if (verifier_.enabled()) {
-              // Its crc32c covers the whole extent: read all of it.
-              p.dev_off = fe.ext.byte_off;
-              p.skip = rel;
-              p.dev_len = fe.ext.len;
-              p.verify = fe;
-            }
-            bool aligned_start = p.skip == 0 && p.out_off % kBlockSize == 0;
-            bool fits = p.len % kBlockSize == 0 || b == end;  // tail slack is ours
-            if (p.verify) fits = p.dev_len == p.len || (b == end && p.out_off + p.dev_len <= cap);
-            p.direct = aligned_start && fits ? dst + p.out_off : nullptr;
-            pieces.push_back(p);
-          }
-        }
-      }
-      pos = hi;
-    }
-    if (lost.ok() && (!pieces.empty() || !waits.empty())) {
-      i->reads_inflight++;
+    PlanRead(i, off, len, out.get(), cap, &plan);
+    if (plan.fail.ok() && plan.has_work()) {
       std::lock_guard<std::mutex> t(table_mu_);
       i->pending_changes++;  // pinned until the reads complete
     }
   }
-  // Loads started are always submitted: readers may be waiting for them.
-  if (!loads.empty()) sched_->Submit(io::Lane::kRead, loads);
-  if (!lost.ok()) return done(lost, {});
-  if (pieces.empty() && waits.empty()) {
+  if (!plan.fail.ok() || !plan.has_work()) {
+    if (!plan.loads.empty()) sched_->Submit(io::Lane::kRead, plan.loads);
+    if (!plan.fail.ok()) return done(plan.fail, {});
     return done(Status::OK(), std::span<const char>(out.get(), len));
   }
-
-  struct ReadState {
-    std::unique_ptr<char, FreeDeleter> out;
-    uint64_t len;
-    std::vector<Piece> pieces;
-    std::vector<std::unique_ptr<char, FreeDeleter>> bounce;
-    std::atomic<size_t> left;
-    std::mutex mu;
-    Status first;
-    ReadDone done;
-  };
-  auto rs = std::make_shared<ReadState>();
-  rs->out = std::move(out);
-  rs->len = len;
-  rs->pieces = std::move(pieces);
-  rs->bounce.resize(rs->pieces.size());
-  rs->left = rs->pieces.size() + waits.size() + 1;  // +1: released after setup
-  rs->done = std::move(done);
-  auto finish_one = [this, i, rs] {
-    if (rs->left.fetch_sub(1) != 1) return;
-    FinishDeviceRead(i);
-    Status fin;
-    {
-      std::lock_guard<std::mutex> l(rs->mu);
-      fin = rs->first;
-    }
-    if (fin.ok()) {
-      rs->done(Status::OK(), std::span<const char>(rs->out.get(), rs->len));
-    } else {
-      rs->done(fin, {});
-    }
-  };
-  for (Wait& w : waits) {
-    auto copy = [rs, w, finish_one](bool ok) {
-      if (ok) {
-        std::memcpy(rs->out.get() + w.out_off, w.chunk->data.get() + w.chunk_off, w.len);
-      } else {
-        std::lock_guard<std::mutex> l(rs->mu);
-        if (rs->first.ok()) rs->first = Status::Error(EIO, "prefetch of the data failed");
-      }
-      finish_one();
-    };
-    if (!w.chunk->WaitIfLoading(copy)) copy(w.chunk->state() == CachedChunk::State::kReady);
-  }
-  std::vector<device::IoRequest> reqs;
-  for (size_t k = 0; k < rs->pieces.size(); ++k) {
-    Piece& p = rs->pieces[k];
-    char* target = p.direct;
-    if (!target) {
-      rs->bounce[k].reset(static_cast<char*>(std::aligned_alloc(kBlockSize, p.dev_len)));
-      target = rs->bounce[k].get();
-      if (!target) {
-        std::lock_guard<std::mutex> l(rs->mu);
-        rs->first = Status::Error(ENOMEM, "read bounce buffer");
-      }
-    }
-    device::IoRequest r;
-    r.op = device::IoOp::kRead;
-    r.device = p.device;
-    r.byte_off = p.dev_off;
-    r.buf = target;
-    r.len = target ? p.dev_len : 0;
-    r.done = [this, i, rs, k, finish_one](Status st) {
-      const Piece& piece = rs->pieces[k];
-      if (st.ok() && piece.verify && (piece.direct || rs->bounce[k])) {
-        st = verifier_.Check(i->rec.ino, *piece.verify,
-                             piece.direct ? piece.direct : rs->bounce[k].get());
-      }
-      if (st.ok() && !piece.direct && rs->bounce[k]) {
-        std::memcpy(rs->out.get() + piece.out_off, rs->bounce[k].get() + piece.skip, piece.len);
-      }
-      if (!st.ok()) {
-        std::lock_guard<std::mutex> l(rs->mu);
-        if (rs->first.ok()) rs->first = st;
-      }
-      finish_one();
-    };
-    reqs.push_back(std::move(r));
-  }
-  if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs, cancel);
-  finish_one();  // setup's own count: the reply may now go out
+  char* dst = out.get();
+  ExecuteRead(i, std::move(plan), dst, std::move(cancel),
+              [out = std::move(out), len, done = std::move(done)](Status st) {
+                if (!st.ok()) return done(st, {});
+                done(Status::OK(), std::span<const char>(out.get(), len));
+              });
 }
 
 // ------------------------------------------------------------ prefetch

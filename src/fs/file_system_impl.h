@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -19,6 +20,7 @@
 
 #include "fs/chunk_cache.h"
 #include "common/format.h"
+#include "common/large_buffer.h"
 #include "fs/committer.h"
 #include "fs/file_system.h"
 #include "fs/inode_state.h"
@@ -105,6 +107,44 @@ class FileSystem::Impl {
   Status ReadDir(uint64_t dh, uint64_t off,
                  const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn);
   void ReleaseDir(uint64_t dh);
+
+  // --- read_path.cc: the data read path of Read() and ReadFile().
+  struct ReadPlan {
+    struct Piece {        // one device range
+      uint32_t device = 0;
+      uint64_t dev_off = 0;   // aligned
+      uint64_t dev_len = 0;   // aligned
+      char* direct = nullptr;  // where it lands in the destination, or null: bounced
+      uint64_t out_off = 0;   // where the wanted bytes go in the destination
+      uint64_t skip = 0;      // wanted bytes start this far into the device range
+      uint64_t len = 0;       // wanted bytes
+      std::optional<index::FileExtent> verify;  // verify=on: a whole extent, checked
+    };
+    struct Wait {         // bytes of a cached chunk, ready or loading
+      std::shared_ptr<CachedChunk> chunk;
+      uint64_t chunk_off = 0;
+      uint64_t out_off = 0;
+      uint64_t len = 0;
+    };
+    std::vector<Piece> pieces;
+    std::vector<Wait> waits;
+    std::vector<device::IoRequest> loads;  // verify=on: chunk loads; always submit them
+    Status fail;  // EIO for data lost by a failed write; nothing to execute then
+    bool has_work() const { return !pieces.empty() || !waits.empty(); }
+  };
+  // Plans reading file bytes [off, off + len) into dst (`room` bytes of it
+  // may be written: the rest of a last block read whole). Copies staged data
+  // and zeros holes now. With work planned, counts a device read in flight
+  // (reads_inflight), which ExecuteRead ends with FinishDeviceRead.
+  // REQUIRES: inode->mu held; off + len <= the file's size.
+  void PlanRead(const InodeRef& i, uint64_t off, uint64_t len, char* dst, uint64_t room,
+                ReadPlan* plan);
+  // Runs a plan with work (the caller has pinned `i` once for
+  // FinishDeviceRead, and submits plan.loads itself when it does not call
+  // this). done(status) runs once, on an engine thread if anything went to
+  // the device, after every byte is in dst.
+  void ExecuteRead(const InodeRef& i, ReadPlan plan, char* dst, CancelFlag cancel,
+                   std::function<void(Status)> done);
 
   // --- file_ops.cc
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,

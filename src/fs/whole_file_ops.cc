@@ -33,16 +33,6 @@ constexpr size_t kMaxPathLen = 4096;
 // Inodes RetainPrefetched() keeps in the table at most.
 constexpr size_t kRetainedPrefetches = 4096;
 
-struct FreeDeleter {
-  void operator()(char* p) const { std::free(p); }
-};
-using AlignedBuf = std::unique_ptr<char, FreeDeleter>;
-
-AlignedBuf AllocAligned(uint64_t bytes) {
-  return AlignedBuf(static_cast<char*>(std::aligned_alloc(kBlockSize, AlignUp(bytes, kBlockSize))));
-}
-
-bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kBlockSize == 0; }
 
 // Splits `path` into its components, checking only its syntax: EXDEV for a
 // leading '/' or a ".." component (they would leave the directory),
@@ -219,26 +209,7 @@ void FileSystem::Impl::ReadFile(uint64_t dir, std::string_view path, uint64_t of
     Status st = WalkPath(dir, path, caller, false, &i, nullptr);
     if (!st.ok()) return done(st);
   }
-  // One device range to read: into `dest` directly when it lands there
-  // aligned and fits, else into a bounce buffer and copied.
-  struct Piece {
-    uint32_t device;
-    uint64_t dev_off;  // aligned
-    uint64_t dev_len;  // aligned
-    char* direct;      // where in `dest` the device range goes, or null
-    uint64_t out_off;  // where the wanted bytes go in `dest`
-    uint64_t skip;     // wanted bytes start this far into the device range
-    uint64_t len;      // wanted bytes
-    std::optional<index::FileExtent> verify;  // verify=on: a whole extent, checked
-  };
-  struct Wait {
-    std::shared_ptr<CachedChunk> chunk;
-    uint64_t chunk_off;
-    uint64_t out_off;
-    uint64_t len;
-  };
-  std::vector<Piece> pieces;
-  std::vector<Wait> waits;
+  ReadPlan plan;
   uint64_t len = 0;
   Status fail;
   {
@@ -254,89 +225,12 @@ void FileSystem::Impl::ReadFile(uint64_t dir, std::string_view path, uint64_t of
     const uint64_t fsize = i->rec.size;
     if (fail.ok() && off < fsize && !dest.empty()) {
       len = std::min<uint64_t>(dest.size(), fsize - off);
-      char* dst = dest.data();
-      const uint64_t end = off + len;
-      for (uint64_t pos = off; pos < end;) {
-        const uint64_t ci = pos / kChunkBytes;
-        const uint64_t cstart = ci * kChunkBytes;
-        const uint64_t hi = std::min(end, cstart + kChunkBytes);
-        auto it = i->chunks.find(ci);
-        const ChunkBuf* mem = nullptr;
-        if (it != i->chunks.end()) {
-          mem = it->second.staged ? it->second.staged.get() : it->second.inflight.get();
-        }
-        if (!mem && it != i->chunks.end() && it->second.failed) {
-          fail = Status::Error(EIO, "inode " + std::to_string(i->rec.ino) + ": data at offset " +
-                                        std::to_string(cstart) + " was lost by a failed write");
-          break;
-        }
-        if (mem) {
-          // Written but not on the device yet (the POSIX path's staging).
-          mem->CopyOut(pos - cstart, hi - cstart, dst + (pos - off));
-        } else {
-          std::memset(dst + (pos - off), 0, hi - pos);  // holes stay zero
-          std::shared_ptr<CachedChunk> cached;
-          if (it != i->chunks.end() && !it->second.extents.empty()) {
-            cached = cache_->Get(i->token, ci, it->second.installed_seq);
-            if (cached && cached->state() == CachedChunk::State::kFailed) cached.reset();
-          }
-          if (cached) {
-            const uint64_t avail_end = std::min(hi, cstart + cached->capacity);
-            if (avail_end > pos) waits.push_back({cached, pos - cstart, pos - off, avail_end - pos});
-          } else if (it != i->chunks.end()) {
-            for (const index::FileExtent& fe : it->second.extents) {
-              const uint64_t a = std::max(pos, fe.file_off);
-              const uint64_t b = std::min(hi, fe.file_off + fe.ext.len);
-              if (a >= b) continue;
-              Piece p;
-              p.device = fe.ext.device;
-              const uint64_t rel = a - fe.file_off;
-              p.out_off = a - off;
-              p.len = b - a;
-              if (verifier_.enabled()) {
-                // Its crc32c covers the whole extent: read all of it.
-                p.dev_off = fe.ext.byte_off;
-                p.skip = rel;
-                p.dev_len = fe.ext.len;
-                p.verify = fe;
-              } else {
-                p.dev_off = fe.ext.byte_off + AlignDown(rel, kBlockSize);
-                p.skip = rel - AlignDown(rel, kBlockSize);
-                p.dev_len = AlignUp(p.skip + p.len, kBlockSize);
-              }
-              // Direct only if the device range lands in `dest` aligned and
-              // whole: a file's last partial block needs room for 4 KiB.
-              const bool aligned = p.skip == 0 && IsAligned(dst + p.out_off);
-              p.direct = nullptr;
-              if (aligned && p.out_off + p.dev_len <= dest.size()) {
-                p.direct = dst + p.out_off;
-              } else if (aligned && !p.verify && p.len >= kBlockSize) {
-                // The whole blocks in place, the partial last one bounced.
-                Piece tail = p;
-                const uint64_t head = AlignDown(p.len, kBlockSize);
-                p.dev_len = head;
-                p.len = head;
-                p.direct = dst + p.out_off;
-                tail.dev_off += head;
-                tail.dev_len -= head;
-                tail.out_off += head;
-                tail.len -= head;
-                tail.direct = nullptr;
-                pieces.push_back(p);
-                p = tail;
-              }
-              pieces.push_back(p);
-            }
-          }
-        }
-        pos = hi;
-      }
-      if (fail.ok() && (!pieces.empty() || !waits.empty())) {
-        i->reads_inflight++;  // extents stay allocated until we are done
-      }
+      PlanRead(i, off, len, dest.data(), dest.size(), &plan);
+      fail = plan.fail;
     }
   }
-  if (!fail.ok() || (pieces.empty() && waits.empty())) {
+  if (!fail.ok() || !plan.has_work()) {
+    if (!plan.loads.empty()) sched_->Submit(io::Lane::kRead, plan.loads);
     Unpin(i);
     if (fail.code() == ESTALE && attempts > 1) {
       // The name names another file now: read that one (as the kernel
@@ -346,89 +240,11 @@ void FileSystem::Impl::ReadFile(uint64_t dir, std::string_view path, uint64_t of
     if (!fail.ok()) return done(fail);
     return done(static_cast<size_t>(len));
   }
-
-  struct ReadState {
-    InodeRef inode;
-    char* dest;
-    uint64_t len;
-    std::vector<Piece> pieces;
-    std::vector<AlignedBuf> bounce;
-    std::atomic<size_t> left;
-    std::atomic<uint64_t> zero_copy{0};
-    std::mutex mu;
-    Status first;  // GUARDED_BY(mu)
-    std::function<void(Result<size_t>)> done;
-  };
-  auto rs = std::make_shared<ReadState>();
-  rs->inode = i;
-  rs->dest = dest.data();
-  rs->len = len;
-  rs->pieces = std::move(pieces);
-  rs->bounce.resize(rs->pieces.size());
-  // No count of its own for the setup: the last completion is then always
-  // a device read's (engine thread) when there is one, never this thread.
-  rs->left = rs->pieces.size() + waits.size();
-  rs->done = std::move(done);
-  auto note = [rs](Status st) {
-    std::lock_guard<std::mutex> l(rs->mu);
-    if (rs->first.ok()) rs->first = std::move(st);
-  };
-  auto finish_one = [this, rs] {
-    if (rs->left.fetch_sub(1) != 1) return;
-    FinishDeviceRead(rs->inode);  // also gives back the walk's pin
-    Status fin;
-    {
-      std::lock_guard<std::mutex> l(rs->mu);
-      fin = rs->first;
-    }
-    if (!fin.ok()) return rs->done(fin);
-    metrics_.ZeroCopy(rs->zero_copy.load());
-    rs->done(static_cast<size_t>(rs->len));
-  };
-  for (Wait& w : waits) {
-    auto copy = [rs, w, note, finish_one](bool ok) {
-      if (ok) {
-        std::memcpy(rs->dest + w.out_off, w.chunk->data.get() + w.chunk_off, w.len);
-      } else {
-        note(Status::Error(EIO, "prefetch of the data failed"));
-      }
-      finish_one();
-    };
-    if (!w.chunk->WaitIfLoading(copy)) copy(w.chunk->state() == CachedChunk::State::kReady);
-  }
-  std::vector<device::IoRequest> reqs;
-  for (size_t k = 0; k < rs->pieces.size(); ++k) {
-    Piece& p = rs->pieces[k];
-    char* target = p.direct;
-    if (!target) {
-      rs->bounce[k] = AllocAligned(p.dev_len);
-      target = rs->bounce[k].get();
-      if (!target) note(Status::Error(ENOMEM, "read bounce buffer"));
-    }
-    device::IoRequest r;
-    r.op = device::IoOp::kRead;
-    r.device = p.device;
-    r.byte_off = p.dev_off;
-    r.buf = target;
-    r.len = target ? p.dev_len : 0;
-    r.done = [this, rs, k, note, finish_one](Status st) {
-      const Piece& piece = rs->pieces[k];
-      const char* got = piece.direct ? piece.direct : rs->bounce[k].get();
-      if (st.ok() && got && piece.verify) st = verifier_.Check(rs->inode->rec.ino, *piece.verify, got);
-      if (st.ok() && got) {
-        if (piece.direct) {
-          rs->zero_copy.fetch_add(piece.len, std::memory_order_relaxed);
-        } else {
-          std::memcpy(rs->dest + piece.out_off, got + piece.skip, piece.len);
-        }
-      }
-      if (!st.ok()) note(st);
-      rs->bounce[k].reset();
-      finish_one();
-    };
-    reqs.push_back(std::move(r));
-  }
-  if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs);
+  // The walk's pin is given back by ExecuteRead's FinishDeviceRead.
+  ExecuteRead(i, std::move(plan), dest.data(), nullptr, [len, done](Status st) {
+    if (!st.ok()) return done(st);
+    done(static_cast<size_t>(len));
+  });
 }
 
 // ------------------------------------------------------------ WriteFile
@@ -524,7 +340,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
     Caller caller;
     uint64_t size = 0;
     std::vector<ChunkPlan> plan;
-    std::vector<AlignedBuf> bounce;
+    std::vector<LargeBuffer> bounce;
     // The extent written in two halves (aligned memory, partial last block):
     // its crc32c is computed once both are written.
     struct Split {
@@ -570,7 +386,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
     for (size_t e = 0; e < c.alloc.size(); ++e) {
       const Extent& ext = c.alloc[e];
       const char* src = data.data() + ci * kChunkBytes + pos;
-      const bool aligned = IsAligned(src);
+      const bool aligned = IsBlockAligned(src);
       if (aligned && pos + ext.len <= c.valid) {
         sources.push_back({ci, e, 0, src, true, ext.len, false});
         pos += ext.len;
@@ -581,7 +397,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
       const uint64_t have = pos < c.valid ? std::min(ext.len, c.valid - pos) : 0;
       const uint64_t head = aligned ? AlignDown(have, kBlockSize) : 0;
       const uint64_t tail = ext.len - head;
-      AlignedBuf b = AllocAligned(tail);
+      LargeBuffer b = LargeBuffer::Allocate(tail);
       if (!b) {
         free_plan(ws->plan);
         Unpin(ws->parent);

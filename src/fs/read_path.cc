@@ -1,0 +1,205 @@
+// The data read path shared by read(2) (Impl::Read) and the batch ioctl's
+// READ (Impl::ReadFile): where each wanted byte comes from, and getting it
+// there. Staged (not yet written) data is copied, holes are zeros, cached
+// chunks are copied when they are (or as they become) ready, and the rest
+// is read from the device: straight into the destination when it lands
+// there aligned and whole, else through a bounce buffer.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/format.h"
+#include "fs/file_system_impl.h"
+
+namespace kvfs::fs {
+
+// REQUIRES: inode->mu held; off + len <= the file's size.
+void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, char* dst,
+                                uint64_t room, ReadPlan* plan) {
+  const uint64_t end = off + len;
+  for (uint64_t pos = off; pos < end;) {
+    const uint64_t ci = pos / kChunkBytes;
+    const uint64_t cstart = ci * kChunkBytes;
+    const uint64_t hi = std::min(end, cstart + kChunkBytes);
+    auto it = i->chunks.find(ci);
+    const ChunkBuf* mem = nullptr;
+    if (it != i->chunks.end()) {
+      mem = it->second.staged ? it->second.staged.get() : it->second.inflight.get();
+    }
+    if (!mem && it != i->chunks.end() && it->second.failed) {
+      // Never hand out bytes that did not reach the device.
+      plan->fail = Status::Error(EIO, "inode " + std::to_string(i->rec.ino) + ": data at offset " +
+                                          std::to_string(cstart) + " was lost by a failed write");
+      plan->pieces.clear();
+      plan->waits.clear();
+      return;
+    }
+    if (mem) {
+      mem->CopyOut(pos - cstart, hi - cstart, dst + (pos - off));  // written, not on the device
+      pos = hi;
+      continue;
+    }
+    std::memset(dst + (pos - off), 0, hi - pos);  // holes stay zero
+    if (it == i->chunks.end() || it->second.extents.empty()) {
+      pos = hi;
+      continue;
+    }
+    const ChunkState& cs = it->second;
+    std::shared_ptr<CachedChunk> cached = cache_->Get(i->token, ci, cs.installed_seq);
+    if (cached && cached->state() == CachedChunk::State::kFailed) cached.reset();
+    if (!cached && verifier_.enabled()) {
+      // verify=on: load the whole chunk once, checked (fs/read_verify.h).
+      uint64_t capacity = 0;
+      for (const auto& fe : cs.extents) capacity = std::max(capacity, fe.file_off + fe.ext.len - cstart);
+      cached = cache_->StartLoad(i->token, ci, cs.installed_seq, capacity, false);
+      if (cached) {
+        i->reads_inflight++;
+        {
+          std::lock_guard<std::mutex> t(table_mu_);
+          i->pending_changes++;  // pinned until the load completes
+        }
+        AddVerifiedChunkLoad(verifier_, i->rec.ino, cstart, cs.extents, cached,
+                             [this, i] { FinishDeviceRead(i); }, &plan->loads);
+      }
+    }
+    if (cached) {
+      // Served from RAM, now or when its load lands.
+      const uint64_t avail_end = std::min(hi, cstart + cached->capacity);
+      if (avail_end > pos) plan->waits.push_back({cached, pos - cstart, pos - off, avail_end - pos});
+      pos = hi;
+      continue;
+    }
+    for (const index::FileExtent& fe : cs.extents) {
+      const uint64_t a = std::max(pos, fe.file_off);
+      const uint64_t b = std::min(hi, fe.file_off + fe.ext.len);
+      if (a >= b) continue;
+      ReadPlan::Piece p;
+      p.device = fe.ext.device;
+      const uint64_t rel = a - fe.file_off;
+      p.out_off = a - off;
+      p.len = b - a;
+      if (verifier_.enabled()) {
+        // Its crc32c covers the whole extent: read all of it.
+        p.dev_off = fe.ext.byte_off;
+        p.skip = rel;
+        p.dev_len = fe.ext.len;
+        p.verify = fe;
+      } else {
+        p.dev_off = fe.ext.byte_off + AlignDown(rel, kBlockSize);
+        p.skip = rel - AlignDown(rel, kBlockSize);
+        p.dev_len = AlignUp(p.skip + p.len, kBlockSize);
+      }
+      // Direct only if the device range lands in `dst` aligned and whole: a
+      // file's last partial block needs room for 4 KiB.
+      const bool aligned = p.skip == 0 && IsBlockAligned(dst + p.out_off);
+      if (aligned && p.out_off + p.dev_len <= room) {
+        p.direct = dst + p.out_off;
+      } else if (aligned && !p.verify && p.len >= kBlockSize) {
+        // The whole blocks in place, the partial last one bounced.
+        ReadPlan::Piece tail = p;
+        const uint64_t head = AlignDown(p.len, kBlockSize);
+        p.dev_len = head;
+        p.len = head;
+        p.direct = dst + p.out_off;
+        tail.dev_off += head;
+        tail.dev_len -= head;
+        tail.out_off += head;
+        tail.len -= head;
+        plan->pieces.push_back(p);
+        p = tail;
+      }
+      plan->pieces.push_back(p);
+    }
+    pos = hi;
+  }
+  if (!plan->pieces.empty() || !plan->waits.empty()) {
+    i->reads_inflight++;  // extents stay allocated until ExecuteRead is done
+  }
+}
+
+void FileSystem::Impl::ExecuteRead(const InodeRef& i, ReadPlan plan, char* dst, CancelFlag cancel,
+                                   std::function<void(Status)> done) {
+  // Loads started are always submitted: readers may be waiting for them.
+  if (!plan.loads.empty()) sched_->Submit(io::Lane::kRead, plan.loads);
+  struct ReadState {
+    InodeRef inode;
+    char* dst;
+    std::vector<ReadPlan::Piece> pieces;
+    std::vector<LargeBuffer> bounce;
+    std::atomic<size_t> left;
+    std::atomic<uint64_t> zero_copy{0};
+    std::mutex mu;
+    Status first;  // GUARDED_BY(mu)
+    std::function<void(Status)> done;
+  };
+  auto rs = std::make_shared<ReadState>();
+  rs->inode = i;
+  rs->dst = dst;
+  rs->pieces = std::move(plan.pieces);
+  rs->bounce.resize(rs->pieces.size());
+  // No count of its own for the setup: the last completion is then a device
+  // read's (engine thread) whenever there is one, never the caller's thread.
+  rs->left = rs->pieces.size() + plan.waits.size();
+  rs->done = std::move(done);
+  auto note = [rs](Status st) {
+    std::lock_guard<std::mutex> l(rs->mu);
+    if (rs->first.ok()) rs->first = std::move(st);
+  };
+  auto finish_one = [this, rs] {
+    if (rs->left.fetch_sub(1) != 1) return;
+    FinishDeviceRead(rs->inode);
+    Status fin;
+    {
+      std::lock_guard<std::mutex> l(rs->mu);
+      fin = rs->first;
+    }
+    if (fin.ok()) metrics_.ZeroCopy(rs->zero_copy.load());
+    rs->done(fin);
+  };
+  for (ReadPlan::Wait& w : plan.waits) {
+    auto copy = [rs, w, note, finish_one](bool ok) {
+      if (ok) {
+        std::memcpy(rs->dst + w.out_off, w.chunk->data.get() + w.chunk_off, w.len);
+      } else {
+        note(Status::Error(EIO, "reading the data into the cache failed"));
+      }
+      finish_one();
+    };
+    if (!w.chunk->WaitIfLoading(copy)) copy(w.chunk->state() == CachedChunk::State::kReady);
+  }
+  std::vector<device::IoRequest> reqs;
+  for (size_t k = 0; k < rs->pieces.size(); ++k) {
+    ReadPlan::Piece& p = rs->pieces[k];
+    char* target = p.direct;
+    if (!target) {
+      rs->bounce[k] = LargeBuffer::Allocate(p.dev_len);
+      target = rs->bounce[k].get();
+      if (!target) note(Status::Error(ENOMEM, "read bounce buffer"));
+    }
+    device::IoRequest r;
+    r.op = device::IoOp::kRead;
+    r.device = p.device;
+    r.byte_off = p.dev_off;
+    r.buf = target;
+    r.len = target ? p.dev_len : 0;
+    r.done = [this, rs, k, note, finish_one](Status st) {
+      const ReadPlan::Piece& piece = rs->pieces[k];
+      const char* got = piece.direct ? piece.direct : rs->bounce[k].get();
+      if (st.ok() && got && piece.verify) st = verifier_.Check(rs->inode->rec.ino, *piece.verify, got);
+      if (st.ok() && got) {
+        if (piece.direct) {
+          rs->zero_copy.fetch_add(piece.len, std::memory_order_relaxed);
+        } else {
+          std::memcpy(rs->dst + piece.out_off, got + piece.skip, piece.len);
+        }
+      }
+      if (!st.ok()) note(st);
+      rs->bounce[k] = LargeBuffer();
+      finish_one();
+    };
+    reqs.push_back(std::move(r));
+  }
+  if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs, cancel);
+}
+
+}  // namespace kvfs::fs
