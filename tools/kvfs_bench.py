@@ -1714,7 +1714,7 @@ def main(argv=None):
         print("kvfs-bench: must run as root (it mounts filesystems, sets up loop devices and "
               "drops the page cache)", file=sys.stderr)
         return 2
-    uses_fs = any(w in cfg["workloads"] for w in ("lmcache", "lookup", "restore"))
+    uses_fs = any(w in cfg["workloads"] for w in ("lmcache", "lookup", "restore", "batch"))
     if uses_fs and "kvfs" in cfg["filesystems"] and not a.kvfs_mount:
         if not os.path.exists("/dev/fuse"):
             print("kvfs-bench: /dev/fuse is missing: FUSE is not available here "
