@@ -37,49 +37,17 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
     return Status::Error(EPERM, "only regular files and directories are supported");
   }
   InodeRef file;
-  index::Inode rec;
   {
     std::lock_guard<std::mutex> ns(ns_mu_);
-    KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
-    if (!p->is_dir()) return Status::Error(ENOTDIR, "create");
-    auto existing = ResolveEntry(parent, name);
-    if (existing.ok()) return Status::Error(EEXIST, "create");
-    if (existing.status().code() != ENOENT) return existing.status();
-    const int64_t now = NowNs();
-    rec.ino = volume_.index().AllocateIno();
-    rec.mode = S_IFREG | (mode & 07777);
-    rec.uid = caller.uid;
-    rec.gid = caller.gid;
-    rec.nlink = 1;
-    rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
-    rec.generation = 1;
-    file = std::make_shared<InodeState>(rec, next_token_++);
-    file->durable_nlink = rec.nlink;
-    {
-      std::lock_guard<std::mutex> l(p->mu);
-      if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
-      p->rec.size++;
-      p->rec.mtime_ns = p->rec.ctime_ns = now;
-    }
-    {
-      std::lock_guard<std::mutex> t(table_mu_);
-      file->lookups = 1;
-      file->opens = 1;
-      inodes_.emplace(rec.ino, file);
-    }
-    auto c = NewChange();
-    c->entry_ops.push_back({parent, std::string(name), rec.ino});
-    c->inodes = {file, p};
-    c->deltas.push_back({p, +1, 0});
-    SetPendingEntry(parent, name, rec.ino);
-    Enqueue(c);
+    KVFS_ASSIGN_OR_RETURN(file, AddChild(parent, name, S_IFREG | (mode & 07777), caller));
   }
   uint64_t fh = next_fh_++;
   {
     std::lock_guard<std::mutex> l(handles_mu_);
     handles_.emplace(fh, Handle{file, flags});
   }
-  return Created{ToAttr(rec), fh};
+  std::lock_guard<std::mutex> l(file->mu);  // its name is visible: others may use it
+  return Created{ToAttr(file->rec), fh};
 }
 
 Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags) {

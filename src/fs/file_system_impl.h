@@ -174,6 +174,12 @@ class FileSystem::Impl {
 
   // Inode table. Returns the live state, loading it from the index.
   Result<InodeRef> GetInode(uint64_t ino);
+  // REQUIRES: ns_mu_ held. A new regular file (returned open once, as
+  // create(2) does) or directory (`mode` has the type) named `name` in
+  // `parent`, with one kernel lookup; its change is queued. EEXIST, ENOTDIR,
+  // ENOENT for a removed parent.
+  Result<InodeRef> AddChild(uint64_t parent, std::string_view name, uint32_t mode,
+                            const Caller& caller);
   // REQUIRES: ns_mu_ held. The child of (parent, name), overlay first.
   Result<uint64_t> ResolveEntry(uint64_t parent, std::string_view name);
   // Drops the table's reference when nothing pins the inode any more.

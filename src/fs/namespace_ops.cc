@@ -111,43 +111,51 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
   KVFS_RETURN_IF_ERROR(CheckName(name));
   if (IsDotName(name)) return Status::Error(EEXIST, "mkdir");
   std::lock_guard<std::mutex> ns(ns_mu_);
-  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
-  if (!p->is_dir()) return Status::Error(ENOTDIR, "mkdir");
-  auto existing = ResolveEntry(parent, name);
-  if (existing.ok()) return Status::Error(EEXIST, "mkdir");
-  if (existing.status().code() != ENOENT) return existing.status();
+  KVFS_ASSIGN_OR_RETURN(InodeRef dir, AddChild(parent, name, S_IFDIR | (mode & 07777), caller));
+  std::lock_guard<std::mutex> l(dir->mu);
+  return ToAttr(dir->rec);
+}
 
+Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view name,
+                                            uint32_t mode, const Caller& caller) {
+  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+  if (!p->is_dir()) return Status::Error(ENOTDIR, "create in a non-directory");
+  auto existing = ResolveEntry(parent, name);
+  if (existing.ok()) return Status::Error(EEXIST, "name exists");
+  if (existing.status().code() != ENOENT) return existing.status();
+  const bool is_dir = (mode & S_IFMT) == S_IFDIR;
   const int64_t now = NowNs();
   index::Inode rec;
   rec.ino = volume_.index().AllocateIno();
-  rec.mode = S_IFDIR | (mode & 07777);
+  rec.mode = mode;
   rec.uid = caller.uid;
   rec.gid = caller.gid;
-  rec.nlink = 2;
+  rec.nlink = is_dir ? 2 : 1;
   rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
   rec.generation = 1;
-  rec.parent = parent;
-  auto dir = std::make_shared<InodeState>(rec, next_token_++);
-  dir->durable_nlink = rec.nlink;
+  if (is_dir) rec.parent = parent;
+  auto child = std::make_shared<InodeState>(rec, next_token_++);
+  child->durable_nlink = rec.nlink;
   {
     std::lock_guard<std::mutex> l(p->mu);
-    if (p->deleted) return Status::Error(ENOENT, "mkdir in a removed directory");
+    if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
     p->rec.size++;
-    p->rec.nlink++;
+    if (is_dir) p->rec.nlink++;  // the child's ".."
     p->rec.mtime_ns = p->rec.ctime_ns = now;
   }
   {
     std::lock_guard<std::mutex> t(table_mu_);
-    dir->lookups = 1;
-    inodes_.emplace(rec.ino, dir);
+    child->lookups = 1;
+    if (!is_dir) child->opens = 1;  // create(2) returns it open
+    inodes_.emplace(rec.ino, child);
   }
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), rec.ino});
-  c->inodes = {dir, p};
-  c->deltas.push_back({p, +1, +1});
+  c->inodes = {child, p};
+  c->deltas.push_back({p, +1, is_dir ? +1 : 0});
   SetPendingEntry(parent, name, rec.ino);
   Enqueue(c);
-  return ToAttr(rec);
+  return child;
 }
 
 Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
