@@ -8,6 +8,7 @@
 #include "common/format.h"
 #include "device/block_device.h"
 #include "fs/fs_fixture.h"
+#include "util/flip_byte.h"
 #include "index/index.h"
 
 namespace kvfs::fs {
@@ -47,17 +48,7 @@ class ReadVerifyTest : public FsTest, public ::testing::WithParamInterface<Path>
   }
 
   // Flips one byte of the image. REQUIRES: unmounted.
-  void FlipByte(uint64_t byte_off) {
-    auto dev = device::BlockDevice::Open(img_, false);
-    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
-    char* buf = static_cast<char*>(std::aligned_alloc(kBlockSize, kBlockSize));
-    const uint64_t blk = AlignDown(byte_off, kBlockSize);
-    ASSERT_TRUE((*dev)->ReadAt(blk, buf, kBlockSize).ok());
-    buf[byte_off - blk] ^= 0x5a;
-    ASSERT_TRUE((*dev)->WriteAt(blk, buf, kBlockSize).ok());
-    ASSERT_TRUE((*dev)->Sync().ok());
-    std::free(buf);
-  }
+  void FlipByte(uint64_t byte_off) { kvfs::testing::FlipByte(img_, byte_off); }
 
   Result<std::string> ReadAt(uint64_t ino, uint64_t off, size_t len) {
     KVFS_ASSIGN_OR_RETURN(uint64_t fh, fs_->Open(ino, O_RDONLY));

@@ -20,6 +20,7 @@
 #include "fsck/checker.h"
 #include "index/index.h"
 #include "util/pattern.h"
+#include "util/flip_byte.h"
 #include "util/temp_dir.h"
 #include "volume/format_volume.h"
 #include "volume/volume.h"
@@ -161,17 +162,7 @@ class FsckTest : public ::testing::Test {
   }
 
   // Flips one byte of the image at `byte_off` (O_DIRECT, a block at a time).
-  void FlipByte(uint64_t byte_off) {
-    auto dev = device::BlockDevice::Open(img_, false);
-    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
-    char* buf = static_cast<char*>(std::aligned_alloc(kBlockSize, kBlockSize));
-    const uint64_t blk = AlignDown(byte_off, kBlockSize);
-    ASSERT_TRUE((*dev)->ReadAt(blk, buf, kBlockSize).ok());
-    buf[byte_off - blk] ^= 0x5a;
-    ASSERT_TRUE((*dev)->WriteAt(blk, buf, kBlockSize).ok());
-    ASSERT_TRUE((*dev)->Sync().ok());
-    std::free(buf);
-  }
+  void FlipByte(uint64_t byte_off) { kvfs::testing::FlipByte(img_, byte_off); }
 
   Report Run(bool repair, bool verify = false) {
     CheckOptions o;
