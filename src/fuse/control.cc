@@ -9,7 +9,9 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "fs/stats.h"
 #include "fuse/reply.h"
@@ -79,6 +81,39 @@ struct stat StatOf(const Node& n) {
 struct Snapshot {
   std::string content;
 };
+
+// Open snapshots by handle (0: a write-only file). A Read and the Release of
+// one handle can overlap: when a reader is killed mid-read the kernel
+// releases the file while our reply may still be going out (ASan caught the
+// use after free), so a Read holds its own reference.
+class Snapshots {
+ public:
+  uint64_t Add(std::shared_ptr<const Snapshot> s) {
+    std::lock_guard<std::mutex> l(mu_);
+    const uint64_t id = next_++;
+    open_.emplace(id, std::move(s));
+    return id;
+  }
+  std::shared_ptr<const Snapshot> Get(uint64_t id) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = open_.find(id);
+    return it == open_.end() ? nullptr : it->second;
+  }
+  void Remove(uint64_t id) {
+    std::lock_guard<std::mutex> l(mu_);
+    open_.erase(id);
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t next_ = 1;                                                     // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, std::shared_ptr<const Snapshot>> open_;  // GUARDED_BY(mu_)
+};
+
+Snapshots& OpenSnapshots() {
+  static Snapshots* s = new Snapshots;  // lives until exit: handlers may run late
+  return *s;
+}
 
 // Prefetches every non-empty line of `text` (a name relative to the root).
 // Tries all of them; returns the last failure.
@@ -178,10 +213,10 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
                 "open");
     return;
   }
-  std::unique_ptr<Snapshot> snap;
+  std::shared_ptr<Snapshot> snap;
   Status st = NoThrowVoid([&] {
     if (!Readable(*n)) return;
-    snap = std::make_unique<Snapshot>();
+    snap = std::make_shared<Snapshot>();
     fs::StatsSnapshot stats = s.fs->Stats();
     stats.registrations = s.registry.Live();
     snap->content =
@@ -191,18 +226,17 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     ReplyStatus(req, st, "open");
     return;
   }
-  Snapshot* raw = snap.release();
-  fi->fh = reinterpret_cast<uint64_t>(raw);  // null for the write-only files
+  fi->fh = snap ? OpenSnapshots().Add(std::move(snap)) : 0;
   fi->direct_io = 1;
   fi->keep_cache = 0;
   fi->nonseekable = 0;
-  if (fuse_reply_open(req, fi) == -ENOENT) {
-    delete raw;  // interrupted open(2): no release will come
+  if (fuse_reply_open(req, fi) == -ENOENT && fi->fh != 0) {
+    OpenSnapshots().Remove(fi->fh);  // interrupted open(2): no release will come
   }
 }
 
 void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
-  const auto* snap = reinterpret_cast<const Snapshot*>(fi->fh);
+  std::shared_ptr<const Snapshot> snap = fi->fh ? OpenSnapshots().Get(fi->fh) : nullptr;
   if (snap == nullptr || off < 0) {
     ReplyStatus(req, Status::Error(EBADF, ".kvfs: not open for reading"), "read");
     return;
@@ -240,7 +274,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_fi
 }
 
 void Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  delete reinterpret_cast<Snapshot*>(fi->fh);
+  if (fi->fh != 0) OpenSnapshots().Remove(fi->fh);
   fuse_reply_err(req, 0);
 }
 

@@ -160,7 +160,9 @@ def check_client(destdir, a, dirs):
                 exe = os.path.join(destdir, f"client-{lang}")
                 with open(src, "w") as f:
                     f.write(text)
-                r = run([compiler, *std, "-Wall", "-Werror", src, "-o", exe, *flags])
+                # A sanitized libkvfs needs its runtime linked into the client.
+                san = [f"-fsanitize={a.sanitize}"] if a.sanitize not in ("", "none") else []
+                r = run([compiler, *std, *san, "-Wall", "-Werror", src, "-o", exe, *flags])
                 if r.returncode != 0:
                     problems.append(f"{lang} client does not build against the installed "
                                     f"kvfs.pc ({' '.join(flags)}):\n{r.stdout}")
@@ -183,6 +185,7 @@ def check_client(destdir, a, dirs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-root", required=True)
+    ap.add_argument("--sanitize", default="none", help="meson's b_sanitize of the build")
     ap.add_argument("--meson", default=shutil.which("meson") or "meson")
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--bindir", required=True)
