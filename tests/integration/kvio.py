@@ -1,7 +1,12 @@
-"""Helpers shared by the integration tests: payloads and O_DIRECT I/O."""
+"""Helpers shared by the integration tests: payloads, file I/O (O_DIRECT
+too), the stats control file, waiting for the daemon's background work."""
+import json
 import mmap
 import os
 import random
+import time
+
+import pytest
 
 BLOCK = 4096
 KiB = 1 << 10
@@ -74,3 +79,33 @@ def direct_read_all(fd, size, offset=0):
 def read_file(path):
     with open(path, "rb") as f:
         return f.read()
+
+
+def write_file(path, data, mode=0o644, fsync=False):
+    """Creates or truncates `path` and writes all of `data` (one write(2) per
+    up to 2 GiB, as connectors do)."""
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_stats(mount):
+    """MOUNT/.kvfs/stats as a dict."""
+    with open(os.path.join(mount, ".kvfs", "stats")) as f:
+        return json.load(f)
+
+
+def wait_for(cond, what, timeout=10.0):
+    """Polls cond() until it is true; fails the test after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for: {what}")
+        time.sleep(0.02)

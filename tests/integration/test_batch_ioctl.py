@@ -23,6 +23,7 @@ import json
 import pytest
 
 from conftest import FUSERMOUNT, GiB, MiB, Volume, _live_mounts
+from kvio import read_stats, wait_for
 
 # --- The ABI, from include/kvfs/ioctl.h.
 ABI_VERSION = 1
@@ -146,20 +147,8 @@ def pattern(seed, n):
     return random.Random(seed).randbytes(n)
 
 
-def stats(vol):
-    with open(vol.p(".kvfs", "stats")) as f:
-        return json.load(f)
-
-
 def registrations(vol):
-    return stats(vol)["batch"]["registrations"]
-
-
-def wait_for(cond, what, timeout=10):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    return read_stats(vol.path)["batch"]["registrations"]
 
 
 @pytest.fixture

@@ -3,12 +3,11 @@ on load. The sequences follow the connectors' file backends: the calls, their
 flags and their order are what matters, not the connector code itself."""
 import hashlib
 import os
-import time
 
 import pytest
 
 from kvio import (BLOCK, MiB, SIZES, align_up, direct_read_all,
-                  direct_write_all, payload, read_file)
+                  direct_write_all, payload, read_file, wait_for)
 
 KEYS = 3  # keys per size and connector: enough for a store/lookup/load loop
 
@@ -284,10 +283,3 @@ def test_dynamo_slab_unlinked_while_open(vol, how):
     wait_for(lambda: os.statvfs(vol.path).f_bfree >= free_before,
              "space of the unlinked slab freed after close")
 
-
-def wait_for(cond, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        time.sleep(0.05)

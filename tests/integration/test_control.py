@@ -5,11 +5,10 @@ import json
 import os
 import stat
 import subprocess
-import time
 
 import pytest
 
-from kvio import MiB, payload, read_file
+from kvio import MiB, payload, wait_for
 
 
 def expect_errno(code, fn, *args):
@@ -58,14 +57,6 @@ def device_bytes(s):
     return sum(lane["bytes"] for lane in s["lanes"].values())
 
 
-def wait_for(cond, what, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        time.sleep(0.05)
-
-
 def test_control_directory_lists_its_files_with_fixed_modes(vol):
     st = os.stat(vol.p(".kvfs"))
     assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o555
@@ -107,7 +98,7 @@ def test_drop_cache_empties_the_cache_and_data_reads_back(vol):
     put(vol.p("f"), data)
     control_write(vol, "sync", b"1")  # written out: the read below fills the cache
     assert get(vol.p("f")) == data
-    wait_for(lambda: stats(vol)["cache"]["bytes"] > 0, "the read to fill the cache")
+    wait_for(lambda: stats(vol)["cache"]["bytes"] > 0, "the read to fill the cache", timeout=20.0)
     # The shell way: open(O_TRUNC) then write.
     r = subprocess.run(["sh", "-c", f"echo 1 > {vol.p('.kvfs', 'drop_cache')}"],
                        capture_output=True, text=True)
@@ -137,7 +128,7 @@ def test_prefetch_control_file_fills_the_cache_for_later_reads(vol):
     assert before["bytes"] == 0
     control_write(vol, "prefetch", b"a\n/d/b\n\n")
     want = before["prefetched_bytes"] + sum(len(d) for d in files.values())
-    wait_for(lambda: stats(vol)["cache"]["prefetched_bytes"] >= want, "prefetch of a and d/b")
+    wait_for(lambda: stats(vol)["cache"]["prefetched_bytes"] >= want, "prefetch of a and d/b", timeout=20.0)
     hits = stats(vol)["cache"]["hits"]
     for name, data in files.items():
         assert get(vol.p(name)) == data
@@ -152,7 +143,7 @@ def test_prefetch_of_a_missing_name_fails_after_trying_the_rest(vol):
     before = stats(vol)["cache"]["prefetched_bytes"]
     expect_errno(errno.ENOENT, control_write, vol, "prefetch", b"missing\na\n")
     wait_for(lambda: stats(vol)["cache"]["prefetched_bytes"] >= before + MiB,
-             "prefetch of a despite the missing name before it")
+             "prefetch of a despite the missing name before it", timeout=20.0)
     assert get(vol.p("a")) == payload("a", MiB)
 
 
@@ -165,7 +156,7 @@ def test_prefetch_xattr_on_file_and_directory(vol):
     os.setxattr(vol.p("f"), "user.kvfs.prefetch", b"1")
     os.setxattr(vol.p("d"), "user.kvfs.prefetch", b"1")
     wait_for(lambda: stats(vol)["cache"]["prefetched_bytes"] >= before["prefetched_bytes"] + 4 * MiB,
-             "prefetch through the xattr")
+             "prefetch through the xattr", timeout=20.0)
     hits = stats(vol)["cache"]["hits"]
     assert get(vol.p("f")) == payload("f", 2 * MiB)
     assert get(vol.p("d", "g")) == payload("g", 2 * MiB)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from kvio import MiB, payload
+from kvio import MiB, payload, read_stats, wait_for
 
 KVFSCTL_BIN = os.environ.get("KVFSCTL_BIN", "")
 
@@ -41,12 +41,6 @@ def stats_json(vol):
     return json.loads(ok("stats", vol.path, "--json"))
 
 
-def control_stats(vol):
-    """The stats document read in this process (no fork: see the flush test)."""
-    with open(vol.p(".kvfs", "stats")) as f:
-        return json.load(f)
-
-
 def op_count(s, op):
     return s["ops"][op]["latency"]["count"]
 
@@ -65,14 +59,6 @@ def one_error_line(r, rc, *words):
     for w in words:
         assert w in lines[0], f"{w!r} not in {lines[0]!r}"
     return lines[0]
-
-
-def wait_for(cond, what, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        time.sleep(0.05)
 
 
 def human(n):
@@ -115,7 +101,7 @@ def test_stats_json_op_counts_grow_by_what_was_done(vol):
     assert after["ops"]["read"]["bytes"] >= before["ops"]["read"]["bytes"] + n * 64 * 1024
     assert op_count(after, "lookup") >= op_count(before, "lookup") + 1
     # The same document as the control file serves.
-    direct = control_stats(vol)
+    direct = read_stats(vol.path)
     assert op_count(direct, "write") == op_count(after, "write")
 
 
@@ -191,7 +177,7 @@ def test_prefetch_fills_the_cache_and_drop_cache_empties_it(make_volume):
         ok("prefetch", v.path, v.p("a"), v.p("d"))  # a file and a directory
         want = sum(len(d) for d in files.values())
         wait_for(lambda: stats_json(v)["cache"]["prefetched_bytes"] >= before["prefetched_bytes"] + want,
-                 "kvfsctl prefetch of a and d/")
+                 "kvfsctl prefetch of a and d/", timeout=20.0)
         s = stats_json(v)
         assert s["cache"]["bytes"] >= want
         assert s["lanes"]["prefetch"]["bytes"] >= want
@@ -224,7 +210,7 @@ def test_prefetch_reports_each_bad_path_and_still_prefetches_the_rest(make_volum
         assert f"{workdir} is outside the kvfs mount {v.path}" in lines[1]
         assert v.p(".kvfs", "stats") in lines[2] and "control directory" in lines[2]
         wait_for(lambda: stats_json(v)["cache"]["prefetched_bytes"] >= before + 2 * MiB,
-                 "prefetch of a despite the bad paths around it")
+                 "prefetch of a despite the bad paths around it", timeout=20.0)
         v.mount.stop()
     finally:
         v.mount.kill()
@@ -245,9 +231,9 @@ def test_flush_writes_out_staged_data(vol):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline() == "written\n"
-        assert control_stats(vol)["staging"]["staged_bytes"] > 0
+        assert read_stats(vol.path)["staging"]["staged_bytes"] > 0
         ok("flush", vol.path)
-        assert control_stats(vol)["staging"]["staged_bytes"] == 0
+        assert read_stats(vol.path)["staging"]["staged_bytes"] == 0
     finally:
         writer.stdin.close()
         assert writer.wait(timeout=30) == 0

@@ -8,7 +8,6 @@
 - The daemon's memory stays within cache + staging bounds plus a fixed
   overhead while it reads many times the cache size.
 """
-import json
 import os
 import struct
 import sys
@@ -18,30 +17,7 @@ import time
 import pytest
 
 from conftest import GiB, MiB
-from kvio import payload
-
-
-def stats(vol):
-    with open(vol.p(".kvfs", "stats")) as f:
-        return json.load(f)
-
-
-def write_file(path, data, fsync=False):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_file(path):
-    with open(path, "rb", buffering=0) as f:
-        return f.readall()
+from kvio import payload, read_file, read_stats, write_file
 
 
 def vm_kib(pid, field):
@@ -70,7 +46,7 @@ def test_read_overtakes_two_gib_of_queued_write_behind(make_volume):
         for fd in fds:
             os.close(fd)  # close starts writing out the file's staged tail
         fds = []
-        backlog = stats(v)["staging"]["staged_bytes"]  # written to us, not yet to the device
+        backlog = read_stats(v.path)["staging"]["staged_bytes"]  # written to us, not yet to the device
         t0 = time.monotonic()
         got = read_file(v.p("key"))
         read_s = time.monotonic() - t0
@@ -149,7 +125,7 @@ def test_cache_never_serves_an_old_or_torn_version(vol):
         t.join(timeout=60)
     assert not errors, errors[:5]
     assert reads[0] > 50, reads[0]
-    assert stats(vol)["cache"]["hits"] > 0
+    assert read_stats(vol.path)["cache"]["hits"] > 0
 
 
 @pytest.mark.skipif(os.environ.get("KVFS_SANITIZE", "none") not in ("", "none"),
@@ -171,7 +147,7 @@ def test_daemon_memory_stays_within_cache_and_staging_bounds(make_volume):
             os.stat(v.p(f"f{i}"))  # lookup prefetch competes for the cache too
         for i in range(files):
             assert read_file(v.p(f"f{i}")) == payload(("mem", i), size), (rnd, i)
-    s = stats(v)
+    s = read_stats(v.path)
     assert s["cache"]["bytes"] <= cache_mb * MiB, s["cache"]
     peak_kib = vm_kib(pid, "VmHWM")
     # Fixed overhead: RocksDB memtables and block cache warming, thread

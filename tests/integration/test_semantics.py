@@ -15,32 +15,13 @@ import time
 import pytest
 
 import mixed_worker
-from kvio import MiB, payload, read_file
-
-
-def wait_for(cond, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        time.sleep(0.05)
+from kvio import MiB, payload, read_file, wait_for, write_file
 
 
 def expect_errno(code, fn, *args, **kwargs):
     with pytest.raises(OSError) as e:
         fn(*args, **kwargs)
     assert e.value.errno == code, f"{fn.__name__}{args}: {e.value!r}, expected {errno.errorcode[code]}"
-
-
-def write_file(path, data, mode=0o644):
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-    finally:
-        os.close(fd)
 
 
 # --- Persistence ---------------------------------------------------------------
