@@ -106,6 +106,11 @@ struct Config {
   int show_version = 0;
 };
 
+// The strings fuse_opt_parse allocated into `cfg`.
+void FreeStrings(Config& cfg) {
+  for (char* p : {cfg.index, cfg.log_level, cfg.prefetch, cfg.verify, cfg.fault_eio}) std::free(p);
+}
+
 struct Parsed {
   Config cfg;
   std::vector<std::string> positional;  // DEVICE... MOUNTPOINT
@@ -351,11 +356,7 @@ int main(int argc, char** argv) {
       fuse_lowlevel_version();
     }
     fuse_opt_free_args(&args);
-    std::free(cfg.index);
-    std::free(cfg.log_level);
-    std::free(cfg.prefetch);
-    std::free(cfg.verify);
-    std::free(cfg.fault_eio);
+    FreeStrings(cfg);
     return 0;
   }
   if (p.positional.size() < 2) {
@@ -493,10 +494,6 @@ int main(int argc, char** argv) {
   spdlog::info("unmounted {}", mountpoint);
 
   fuse_opt_free_args(&args);
-  std::free(cfg.index);
-  std::free(cfg.log_level);
-  std::free(cfg.prefetch);
-  std::free(cfg.verify);
-  std::free(cfg.fault_eio);
+  FreeStrings(cfg);
   return run.ok() && shut.ok() ? 0 : 1;
 }

@@ -9,65 +9,25 @@
 
 #include "common/format.h"
 #include "fs/fs_fixture.h"
+#include "util/write_gate_io.h"
 
 namespace kvfs::fs {
 namespace {
 
-class HoldingIo : public device::BlockIo {
- public:
-  explicit HoldingIo(device::BlockIo& inner) : inner_(inner) {}
-  void Submit(std::span<device::IoRequest> reqs) override {
-    std::vector<device::IoRequest> pass;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (auto& r : reqs) {
-        if (hold_ && r.op == device::IoOp::kWrite) {
-          held_.push_back(std::move(r));
-        } else {
-          pass.push_back(std::move(r));
-        }
-      }
-    }
-    if (!pass.empty()) inner_.Submit(pass);
-  }
-  uint32_t device_count() const override { return inner_.device_count(); }
-  void Hold() {
-    std::lock_guard<std::mutex> l(mu_);
-    hold_ = true;
-  }
-  size_t held() {
-    std::lock_guard<std::mutex> l(mu_);
-    return held_.size();
-  }
-  void Release() {
-    std::vector<device::IoRequest> go;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      hold_ = false;
-      go.swap(held_);
-    }
-    inner_.Submit(go);
-  }
-
- private:
-  device::BlockIo& inner_;
-  std::mutex mu_;
-  bool hold_ = false;
-  std::vector<device::IoRequest> held_;
-};
+using kvfs::testing::WriteGateIo;
 
 class OrderingTest : public FsTest {
  protected:
   volume::VolumeOptions VolumeOpts() override {
     auto o = FsTest::VolumeOpts();
     o.wrap_io = [this](device::BlockIo& inner) {
-      auto h = std::make_unique<HoldingIo>(inner);
+      auto h = std::make_unique<WriteGateIo>(inner);
       holding_ = h.get();
       return h;
     };
     return o;
   }
-  HoldingIo* holding_ = nullptr;
+  WriteGateIo* holding_ = nullptr;
 };
 
 TEST_F(OrderingTest, RenameIsNotCommittedBeforeTheDataItDependsOn) {

@@ -12,6 +12,7 @@
 #include "common/format.h"
 #include "fs/access.h"
 #include "fs/fs_fixture.h"
+#include "util/write_gate_io.h"
 #include "fs/stats.h"
 
 namespace kvfs::fs {
@@ -531,78 +532,20 @@ TEST_F(WholeFileBench, DISABLED_ReadFileZeroCopyAgainstCopy) {
 namespace kvfs::fs {
 namespace {
 
-// Holds back data writes (or fails them with EIO) below the scheduler, so a
-// test can look at the index while WriteFile's data is not on the device.
-class GateIo : public device::BlockIo {
- public:
-  explicit GateIo(device::BlockIo& inner) : inner_(inner) {}
-  void Submit(std::span<device::IoRequest> reqs) override {
-    std::vector<device::IoRequest> pass, fail;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (auto& r : reqs) {
-        if (r.op != device::IoOp::kWrite) {
-          pass.push_back(std::move(r));
-        } else if (fail_) {
-          fail.push_back(std::move(r));
-        } else if (hold_) {
-          held_.push_back(std::move(r));
-        } else {
-          pass.push_back(std::move(r));
-        }
-      }
-    }
-    if (!pass.empty()) inner_.Submit(pass);
-    // Completions come from another thread, as the engine's do.
-    if (!fail.empty()) {
-      std::thread([fail = std::move(fail)]() mutable {
-        for (auto& r : fail) r.done(Status::Error(EIO, "injected"));
-      }).detach();
-    }
-  }
-  uint32_t device_count() const override { return inner_.device_count(); }
-  void Hold() {
-    std::lock_guard<std::mutex> l(mu_);
-    hold_ = true;
-  }
-  void FailWrites(bool on) {
-    std::lock_guard<std::mutex> l(mu_);
-    fail_ = on;
-  }
-  size_t held() {
-    std::lock_guard<std::mutex> l(mu_);
-    return held_.size();
-  }
-  void Release() {
-    std::vector<device::IoRequest> go;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      hold_ = false;
-      go.swap(held_);
-    }
-    if (!go.empty()) inner_.Submit(go);
-  }
-
- private:
-  device::BlockIo& inner_;
-  std::mutex mu_;
-  bool hold_ = false;  // GUARDED_BY(mu_)
-  bool fail_ = false;  // GUARDED_BY(mu_)
-  std::vector<device::IoRequest> held_;  // GUARDED_BY(mu_)
-};
+using kvfs::testing::WriteGateIo;
 
 class WholeFileOrderingTest : public WholeFileTest {
  protected:
   volume::VolumeOptions VolumeOpts() override {
     auto o = WholeFileTest::VolumeOpts();
     o.wrap_io = [this](device::BlockIo& inner) {
-      auto g = std::make_unique<GateIo>(inner);
+      auto g = std::make_unique<WriteGateIo>(inner);
       gate_ = g.get();
       return g;
     };
     return o;
   }
-  GateIo* gate_ = nullptr;
+  WriteGateIo* gate_ = nullptr;
 };
 
 TEST_F(WholeFileOrderingTest, TheNameSwitchesOnlyAfterEveryDataWriteCompleted) {
