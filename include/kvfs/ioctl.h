@@ -98,13 +98,17 @@ enum kvfs_op {
    * gets mode 0644 and the caller's uid and gid, as a temp file renamed over
    * the name would. */
   KVFS_OP_WRITE = 2,
-  /* Exists / stat: status 0 and result = file size, or ENOENT. No memory. */
+  /* Stat: status 0 and result = file size, or ENOENT. No memory. */
   KVFS_OP_STAT = 3,
   /* Start reading the file into the daemon's RAM cache; returns at once.
    * result = bytes the prefetch will read. No memory. */
   KVFS_OP_PREFETCH = 4,
   /* unlink(2) of the name. No memory. */
   KVFS_OP_DELETE = 5,
+  /* Exists: status 0 when the name exists (file or directory), ENOENT (or
+   * STAT's other errors) when not; result 0. Only the name is looked up,
+   * not its inode: the cheapest "contains" of many keys. No memory. */
+  KVFS_OP_EXISTS = 6,
 };
 
 /* One entry of a batch, 64 bytes, 8-byte aligned in its region. */

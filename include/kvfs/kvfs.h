@@ -152,9 +152,11 @@ KVFS_API int kvfs_table_add_read_mem(struct kvfs_table *t, const char *name, siz
                                      void *dest, uint64_t length, uint64_t file_off);
 KVFS_API int kvfs_table_add_write_mem(struct kvfs_table *t, const char *name, size_t name_len,
                                       const void *src, uint64_t length);
-/* STAT (result = size; -ENOENT when missing), PREFETCH (result = bytes the
- * prefetch will read), DELETE (unlink). */
+/* STAT (result = size; -ENOENT when missing), EXISTS (0 or -ENOENT; the
+ * name only, no inode read), PREFETCH (result = bytes the prefetch will
+ * read), DELETE (unlink). */
 KVFS_API int kvfs_table_add_stat(struct kvfs_table *t, const char *name, size_t name_len);
+KVFS_API int kvfs_table_add_exists(struct kvfs_table *t, const char *name, size_t name_len);
 KVFS_API int kvfs_table_add_prefetch(struct kvfs_table *t, const char *name, size_t name_len);
 KVFS_API int kvfs_table_add_delete(struct kvfs_table *t, const char *name, size_t name_len);
 
@@ -196,6 +198,9 @@ KVFS_API int kvfs_write_batch(int dirfd, struct kvfs_table *scratch, size_t n,
                               uint64_t bytes_written[]);
 KVFS_API int kvfs_stat_batch(int dirfd, struct kvfs_table *scratch, size_t n,
                              const char *const names[], int statuses[], uint64_t sizes[]);
+/* statuses[i] = 0 when names[i] exists, -ENOENT (or another -errno) when not. */
+KVFS_API int kvfs_exists_batch(int dirfd, struct kvfs_table *scratch, size_t n,
+                               const char *const names[], int statuses[]);
 KVFS_API int kvfs_prefetch_batch(int dirfd, struct kvfs_table *scratch, size_t n,
                                  const char *const names[], int statuses[], uint64_t queued[]);
 KVFS_API int kvfs_delete_batch(int dirfd, struct kvfs_table *scratch, size_t n,

@@ -117,6 +117,9 @@ class Table {
   [[nodiscard]] int AddStat(std::string_view name) {
     return kvfs_table_add_stat(t_, name.data(), name.size());
   }
+  [[nodiscard]] int AddExists(std::string_view name) {
+    return kvfs_table_add_exists(t_, name.data(), name.size());
+  }
   [[nodiscard]] int AddPrefetch(std::string_view name) {
     return kvfs_table_add_prefetch(t_, name.data(), name.size());
   }

@@ -120,6 +120,12 @@ int kvfs_stat_batch(int dirfd, kvfs_table* scratch, size_t n, const char* const 
              sizes);
 }
 
+int kvfs_exists_batch(int dirfd, kvfs_table* scratch, size_t n, const char* const names[],
+                      int statuses[]) {
+  return Run(dirfd, scratch, n, names, Ops{KVFS_OP_EXISTS, nullptr, nullptr, nullptr}, statuses,
+             nullptr);
+}
+
 int kvfs_prefetch_batch(int dirfd, kvfs_table* scratch, size_t n, const char* const names[],
                         int statuses[], uint64_t queued[]) {
   return Run(dirfd, scratch, n, names, Ops{KVFS_OP_PREFETCH, nullptr, nullptr, nullptr}, statuses,

@@ -116,6 +116,10 @@ int kvfs_table_add_stat(kvfs_table* t, const char* name, size_t name_len) {
   return kvfs_table_add(t, KVFS_OP_STAT, name, name_len, 0, 0, 0, 0);
 }
 
+int kvfs_table_add_exists(kvfs_table* t, const char* name, size_t name_len) {
+  return kvfs_table_add(t, KVFS_OP_EXISTS, name, name_len, 0, 0, 0, 0);
+}
+
 int kvfs_table_add_prefetch(kvfs_table* t, const char* name, size_t name_len) {
   return kvfs_table_add(t, KVFS_OP_PREFETCH, name, name_len, 0, 0, 0, 0);
 }

@@ -42,7 +42,7 @@
 
 namespace kvfs::fs {
 
-enum class BatchOp : uint8_t { kRead, kWrite, kStat, kPrefetch, kDelete };
+enum class BatchOp : uint8_t { kRead, kWrite, kStat, kExists, kPrefetch, kDelete };
 
 struct BatchItem {
   BatchOp op = BatchOp::kStat;

@@ -254,7 +254,7 @@ void FileSystem::Impl::ChangeCommitted(Change& c, Status st) {
   }
   c.frees.clear();
   if (!c.entry_ops.empty()) {
-    std::lock_guard<std::mutex> l(ns_mu_);
+    std::lock_guard<std::shared_mutex> l(ns_mu_);
     for (const EntryOp& op : c.entry_ops) {
       auto it = pending_entries_.find(std::make_pair(op.parent, op.name));
       if (it != pending_entries_.end() && --it->second.pending == 0) pending_entries_.erase(it);
@@ -369,7 +369,7 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
   // A directory: each file in it, in name order, until the budget is used.
   std::vector<uint64_t> children;
   {
-    std::lock_guard<std::mutex> ns(ns_mu_);
+    std::lock_guard<std::shared_mutex> ns(ns_mu_);
     KVFS_RETURN_IF_ERROR(volume_.index().ListEntries(ino, "", [&](std::string_view, uint64_t c) {
       children.push_back(c);
       return true;
@@ -391,7 +391,7 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
 
 Result<uint64_t> FileSystem::Impl::ResolvePath(std::string_view path) {
   uint64_t ino = kRootIno;
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  std::lock_guard<std::shared_mutex> ns(ns_mu_);
   while (!path.empty()) {
     size_t slash = path.find('/');
     std::string_view part = path.substr(0, slash);
@@ -542,6 +542,10 @@ void FileSystem::WriteFile(uint64_t dir, std::string_view path, std::span<const 
 Status FileSystem::DeleteFile(uint64_t dir, std::string_view path, const Caller& caller) {
   return impl_->DeleteFile(dir, path, caller);
 }
+Status FileSystem::ExistsPath(uint64_t dir, std::string_view path, const Caller& caller) {
+  return impl_->ExistsPath(dir, path, caller);
+}
+
 Result<uint64_t> FileSystem::PrefetchFile(uint64_t dir, std::string_view path,
                                           const Caller& caller) {
   return impl_->PrefetchFile(dir, path, caller);

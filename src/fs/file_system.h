@@ -235,6 +235,10 @@ class FileSystem {
   // Does not start a lookup-driven prefetch (a batch reads into its own
   // memory; a cache copy would only cost).
   Result<Attr> LookupPath(uint64_t dir, std::string_view path, const Caller& caller);
+  // OK when `path` names a file or directory, else LookupPath's errors. Only
+  // the name is looked up, not the inode it names: a batched "contains" of
+  // many keys costs one index read per key.
+  Status ExistsPath(uint64_t dir, std::string_view path, const Caller& caller);
   // Reads file bytes [off, off + dest.size()) of `path` into `dest` (read
   // permission needed; EISDIR for a directory). done(bytes read, fewer at
   // EOF, 0 at or past it; or an error: EIO, ...) runs exactly once: on an

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -160,6 +161,7 @@ class FileSystem::Impl {
 
   // --- whole_file_ops.cc: the batch ioctl's calls (contracts in file_system.h)
   Result<Attr> LookupPath(uint64_t dir, std::string_view path, const Caller& caller);
+  Status ExistsPath(uint64_t dir, std::string_view path, const Caller& caller);
   // `attempts`: walks of `path` while each finds a file replaced meanwhile.
   void ReadFile(uint64_t dir, std::string_view path, uint64_t off, std::span<char> dest,
                 const Caller& caller, std::function<void(Result<size_t>)> done,
@@ -247,8 +249,10 @@ class FileSystem::Impl {
   // verify=on: checks extents read from the device (fs/read_verify.h).
   ReadVerifier verifier_{options_.verify_reads};
 
-  // Namespace lock: serializes namespace changes and the overlay.
-  std::mutex ns_mu_;
+  // Namespace lock: serializes namespace changes and the overlay. Lookups
+  // that change nothing it guards take it shared, so index reads of a
+  // batch's STAT entries (and of FUSE lookups) run in parallel.
+  std::shared_mutex ns_mu_;
   std::map<std::pair<uint64_t, std::string>, PendingEntry, std::less<>> pending_entries_;  // GUARDED_BY(ns_mu_)
 
   std::mutex table_mu_;

@@ -40,7 +40,7 @@ Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view nam
   if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
   InodeRef child;
   {
-    std::lock_guard<std::mutex> ns(ns_mu_);
+    std::shared_lock<std::shared_mutex> ns(ns_mu_);  // changes nothing ns_mu_ guards
     KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
     if (!p->is_dir()) return Status::Error(ENOTDIR, "lookup");
     uint64_t ino;
@@ -110,7 +110,7 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
                                      const Caller& caller) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   if (IsDotName(name)) return Status::Error(EEXIST, "mkdir");
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  std::lock_guard<std::shared_mutex> ns(ns_mu_);
   KVFS_ASSIGN_OR_RETURN(InodeRef dir, AddChild(parent, name, S_IFDIR | (mode & 07777), caller));
   std::lock_guard<std::mutex> l(dir->mu);
   return ToAttr(dir->rec);
@@ -162,7 +162,7 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
   if (name == ".") return Status::Error(EINVAL, "rmdir .");
   if (name == "..") return Status::Error(ENOTEMPTY, "rmdir ..");
   KVFS_RETURN_IF_ERROR(CheckName(name));
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  std::lock_guard<std::shared_mutex> ns(ns_mu_);
   KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "rmdir");
   KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
@@ -217,7 +217,7 @@ void DropLink(InodeState& v, const InodeRef& ref, Change& c, std::mutex& table_m
 }
 
 Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name) {
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  std::lock_guard<std::shared_mutex> ns(ns_mu_);
   return UnlinkLocked(parent, name);
 }
 
@@ -252,7 +252,7 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   KVFS_RETURN_IF_ERROR(CheckName(name));
   KVFS_RETURN_IF_ERROR(CheckName(new_name));
   if (IsDotName(name) || IsDotName(new_name)) return Status::Error(EINVAL, "rename . or ..");
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  std::lock_guard<std::shared_mutex> ns(ns_mu_);
   KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
   KVFS_ASSIGN_OR_RETURN(InodeRef np, GetInode(new_parent));
   if (!p->is_dir() || !np->is_dir()) return Status::Error(ENOTDIR, "rename");
@@ -333,7 +333,7 @@ Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
   auto dh = std::make_unique<DirHandle>();
   dh->ino = ino;
   {
-    std::lock_guard<std::mutex> ns(ns_mu_);
+    std::lock_guard<std::shared_mutex> ns(ns_mu_);
     KVFS_ASSIGN_OR_RETURN(InodeRef d, GetInode(ino));
     uint64_t parent;
     {

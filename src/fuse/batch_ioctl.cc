@@ -267,6 +267,7 @@ void DecodeEntry(BatchCall* call, SessionState& s, const std::shared_ptr<const f
   }
   if (e.op != KVFS_OP_READ && e.op != KVFS_OP_WRITE) {
     it.op = e.op == KVFS_OP_STAT       ? fs::BatchOp::kStat
+            : e.op == KVFS_OP_EXISTS   ? fs::BatchOp::kExists
             : e.op == KVFS_OP_PREFETCH ? fs::BatchOp::kPrefetch
                                        : fs::BatchOp::kDelete;
     return;  // no memory
@@ -442,7 +443,7 @@ void Batch(fuse_req_t req, fuse_ino_t ino, bool dir, const void* in_buf, size_t 
     items.resize(args.count);
     for (size_t i = 0; i < items.size(); ++i) {
       const kvfs_batch_entry& e = call->entries[i];
-      if (e.op < KVFS_OP_READ || e.op > KVFS_OP_DELETE || e.flags != 0 ||
+      if (e.op < KVFS_OP_READ || e.op > KVFS_OP_EXISTS || e.flags != 0 ||
           (e.op != KVFS_OP_READ && e.file_off != 0)) {
         items[i].error = EINVAL;
       } else if (e.name_len == 0) {

@@ -167,6 +167,14 @@ TEST_F(Mounted, StatPrefetchAndDeleteReportEachEntryInInputOrder) {
     EXPECT_EQ(st[i], want_status[i]) << names[i];
     EXPECT_EQ(res[i], want_size[i]) << names[i];
   }
+  // EXISTS: the same answers without a size; a directory exists too.
+  const char* with_dir[] = {"a", "missing-1", "sub", "sub/x", "sub/missing", "missing-2/x"};
+  const int want_exists[] = {0, -ENOENT, 0, 0, -ENOENT, -ENOENT};
+  EXPECT_EQ(kvfs_exists_batch(dir_, nullptr, 6, with_dir, st), 3);
+  for (int i = 0; i < 6; i++) EXPECT_EQ(st[i], want_exists[i]) << with_dir[i];
+  const char* through_file[] = {"a/x"};
+  EXPECT_EQ(kvfs_exists_batch(dir_, nullptr, 1, through_file, st), 1);
+  EXPECT_EQ(st[0], -ENOTDIR);
   EXPECT_EQ(kvfs_prefetch_batch(dir_, nullptr, 6, names, st, res), 2);
   for (int i = 0; i < 6; i++) EXPECT_EQ(st[i], want_status[i]) << names[i];
   EXPECT_LE(res[5], 300000u + 4096);

@@ -109,6 +109,27 @@ TEST_F(WholeFileTest, PathsThatEscapeAreExdevAndMalformedOnesEinval) {
   EXPECT_EQ(Code(ReadFile("/d/f", 0, buf.span())), EXDEV);
   EXPECT_EQ(Code(fs_->DeleteFile(kRootIno, "d/..", kRoot)), EXDEV);
   EXPECT_EQ(Code(fs_->PrefetchFile(kRootIno, "d//f", kRoot)), EINVAL);
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "d/../f", kRoot)), EXDEV);
+}
+
+TEST_F(WholeFileTest, ExistsAnswersForNamesOfAnyTypeWithStatsErrors) {
+  uint64_t d = Dir("d", 0755);
+  uint64_t locked = Dir("locked", 0700);
+  Store(d, "f", "x");
+  Store(locked, "g", "y");
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "d/f", kRoot)), 0);
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "d", kRoot)), 0);
+  EXPECT_EQ(Code(fs_->ExistsPath(d, "f", kUser)), 0);
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "d/g", kRoot)), ENOENT);
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "nope/g", kRoot)), ENOENT);
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "d/f/g", kRoot)), ENOTDIR);
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "locked/g", kUser)), EACCES);
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "locked/g", kRoot)), 0);
+  // A name removed, and one added, answer at once.
+  ASSERT_TRUE(fs_->DeleteFile(kRootIno, "d/f", kRoot).ok());
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "d/f", kRoot)), ENOENT);
+  Store(d, "h", "z");
+  EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "d/h", kRoot)), 0);
 }
 
 // ------------------------------------------------------------ permissions

@@ -31,7 +31,7 @@ NAME_MAX = 255
 BATCH_MAX_ENTRIES = 4096
 ENTRY_MAX_BYTES = 1 << 31
 MAX_REGISTRATIONS = 64
-OP_READ, OP_WRITE, OP_STAT, OP_PREFETCH, OP_DELETE = 1, 2, 3, 4, 5
+OP_READ, OP_WRITE, OP_STAT, OP_PREFETCH, OP_DELETE, OP_EXISTS = 1, 2, 3, 4, 5, 6
 
 REGISTER_FMT = "=IiQQQ"      # version fd length flags buf_id
 UNREGISTER_FMT = "=IIQ"      # version reserved buf_id
@@ -222,6 +222,12 @@ def test_every_op_round_trips_byte_exact(vol, dirfd):
     assert [e.status for e in entries] == [0] * len(entries)
     assert [e.result for e in entries[:len(contents)]] == list(sizes.values())
     assert 0 < entries[-1].result <= (len(posix) + 4095) // 4096 * 4096 or entries[-1].result == 0
+    # EXISTS: status only (result 0), for files and directories alike.
+    entries = [Entry(OP_EXISTS, "sub/" + n) for n in contents]
+    entries += [Entry(OP_EXISTS, "sub"), Entry(OP_EXISTS, "sub/none"), Entry(OP_EXISTS, "none/x")]
+    run(dirfd, shm, entries)
+    assert [(e.status, e.result) for e in entries] == [(0, 0)] * (len(contents) + 1) + [
+        (errno.ENOENT, 0), (errno.ENOENT, 0)]
     entries = [Entry(OP_DELETE, "sub/odd"), Entry(OP_DELETE, "sub/odd"), Entry(OP_STAT, "sub/odd")]
     run(dirfd, shm, entries[:1])
     run(dirfd, shm, entries[1:])
@@ -369,6 +375,11 @@ def test_hostile_input_gets_its_errno_and_the_daemon_keeps_serving(vol, dirfd, w
         (E(99, "x"), errno.EINVAL),  # unknown op
         (E(0, "x"), errno.EINVAL),
         (E(OP_STAT, "x", flags=1), errno.EINVAL),
+        (E(OP_EXISTS, "x"), 0),
+        (E(OP_EXISTS, "../x"), errno.EXDEV),
+        (E(OP_EXISTS, "n" * 256), errno.ENAMETOOLONG),
+        (E(OP_EXISTS, "x/y"), errno.ENOTDIR),
+        (E(7, "x"), errno.EINVAL),  # the op after the last
         (E(OP_READ, "x", 0, 16, 4096), errno.EFAULT),  # caller memory, unmapped address
         (E(OP_WRITE, "w2", 0, 16, 4096), errno.EFAULT),
         (E(OP_READ, "x", other.id, 0, 4096), 0),
@@ -548,6 +559,8 @@ def test_unprivileged_caller_cannot_reach_what_open_and_unlink_refuse(vol):
             E(OP_READ, "group/g", shm.id, 2 * DATA, 4096), E(OP_WRITE, "group/new", shm.id, DATA, 10),
             E(OP_DELETE, "open/rootfile"), E(OP_WRITE, "open/rootfile", shm.id, DATA, 10),
             E(OP_WRITE, "open/mine", shm.id, DATA, 10),
+            # EXISTS needs search permission on the directories, as stat(2).
+            E(OP_EXISTS, "private/f"), E(OP_EXISTS, "shared/secret"),
         ]
         run(fd, shm, entries)
         # The POSIX answers for the same accesses, for comparison.
@@ -564,7 +577,8 @@ def test_unprivileged_caller_cannot_reach_what_open_and_unlink_refuse(vol):
                         0, A, A, A, A, A,
                         0,
                         A, A,
-                        P, P, 0], statuses
+                        P, P, 0,
+                        A, 0], statuses
     # With the group among its supplementary groups, the same user gets in.
     statuses, posix = _as_user(attempt, groups=(4321,))
     assert posix == [A, A, 0, 0]

@@ -32,15 +32,16 @@ def client(vol):
 
 
 def count_calls(c):
-    """Wraps c._call to count KVFS_IOC_BATCH calls; returns the counter."""
+    """Wraps c._submit to count KVFS_IOC_BATCH calls (entries per call);
+    returns the counter."""
     calls = []
-    real = c._call
+    real = c._submit
 
-    def counting(entries):
-        calls.append(len(entries))
-        return real(entries)
+    def counting(table, n):
+        calls.append(n)
+        return real(table, n)
 
-    c._call = counting
+    c._submit = counting
     return calls
 
 
