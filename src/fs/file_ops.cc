@@ -70,6 +70,7 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags) {
     std::lock_guard<std::mutex> t(table_mu_);  // under i->mu: see DropLink
     i->opens++;
   }
+  if ((flags & O_ACCMODE) == O_RDONLY && options_.prefetch != PrefetchMode::kOff) NoteReadOpen(ino);
   uint64_t fh = next_fh_++;
   std::lock_guard<std::mutex> l(handles_mu_);
   handles_.emplace(fh, Handle{i, flags});

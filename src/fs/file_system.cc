@@ -332,20 +332,71 @@ void FileSystem::Impl::QueuePrefetch(InodeRef inode) {
   prefetch_cv_.notify_one();
 }
 
+void FileSystem::Impl::NoteReadOpen(uint64_t ino) {
+  {
+    std::lock_guard<std::mutex> l(prefetch_mu_);
+    const uint64_t now = ++readahead_clock_;
+    ReadaheadStream* s = nullptr;
+    ReadaheadStream* oldest = &readahead_[0];
+    for (ReadaheadStream& r : readahead_) {
+      if (r.last_ino == ino) {  // the same file again
+        r.used = now;
+        return;
+      }
+      if (r.last_ino != 0 && ino > r.last_ino && ino - r.last_ino <= kReadaheadMaxGap) s = &r;
+      if (r.used < oldest->used) oldest = &r;
+    }
+    if (s == nullptr) {  // not the next file of a stream: maybe the first of one
+      *oldest = ReadaheadStream{ino, ino + 1, now};
+      return;
+    }
+    s->last_ino = ino;
+    s->used = now;
+    const uint64_t end = ino + 1 + kReadaheadFiles;
+    if (prefetch_inos_.size() >= kMaxQueuedPrefetches) return;
+    for (uint64_t i = std::max(s->next_ino, ino + 1); i < end; ++i) prefetch_inos_.push_back(i);
+    s->next_ino = std::max(s->next_ino, end);
+  }
+  prefetch_cv_.notify_one();
+}
+
 void FileSystem::Impl::PrefetchLoop() {
   std::vector<InodeRef> batch;
+  std::vector<uint64_t> inos;
   for (;;) {
     {
       std::unique_lock<std::mutex> l(prefetch_mu_);
-      prefetch_cv_.wait(l, [this] { return prefetch_stop_ || !prefetch_queue_.empty(); });
+      prefetch_cv_.wait(l, [this] {
+        return prefetch_stop_ || !prefetch_queue_.empty() || !prefetch_inos_.empty();
+      });
       if (prefetch_stop_) return;
       batch.swap(prefetch_queue_);
+      inos.swap(prefetch_inos_);
     }
     for (const InodeRef& inode : batch) {
       std::lock_guard<std::mutex> l(inode->mu);
       Prefetch(inode);
     }
     batch.clear();  // drops the references outside prefetch_mu_
+    // Readahead guesses: an inode that is gone, a directory or a file being
+    // deleted is skipped (Prefetch checks); the prefetched ones stay in the
+    // table so that their cache entries survive until the loop opens them.
+    for (uint64_t ino : inos) {
+      Result<InodeRef> i = GetInode(ino);
+      if (!i.ok()) continue;
+      uint64_t started;
+      {
+        std::lock_guard<std::mutex> l((*i)->mu);
+        started = Prefetch(*i);
+      }
+      if (started > 0) {
+        RetainPrefetched(*i);
+      } else {
+        std::lock_guard<std::mutex> t(table_mu_);
+        MaybeEvict(*i);  // loaded by GetInode only for this guess
+      }
+    }
+    inos.clear();
   }
 }
 
@@ -354,6 +405,8 @@ Status FileSystem::Impl::DropCache() {
   {
     std::lock_guard<std::mutex> l(prefetch_mu_);
     prefetch_queue_.clear();  // a cold cache is not refilled by old lookups
+    prefetch_inos_.clear();   // nor by old readahead
+    readahead_ = {};
   }
   cache_->Clear();
   return st;

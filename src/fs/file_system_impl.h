@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <thread>
@@ -233,6 +234,17 @@ class FileSystem::Impl {
   // most kMaxQueuedPrefetches inodes (speculative work: more are dropped).
   void QueuePrefetch(InodeRef inode);
   void PrefetchLoop();
+  // Inode-order readahead. Connectors load a request's keys in the order
+  // they stored them, one key at a time, and files stored one after another
+  // get consecutive inode numbers. So when files are opened for reading in
+  // ascending inode order (small gaps allowed: directories made between
+  // keys), the next kReadaheadFiles inodes are queued for prefetch: the
+  // device works kReadaheadFiles keys ahead of a serial load loop. Up to
+  // kReadaheadStreams such loops (batches in flight) are followed at once.
+  void NoteReadOpen(uint64_t ino);
+  static constexpr uint64_t kReadaheadFiles = 8;
+  static constexpr uint64_t kReadaheadMaxGap = 4;
+  static constexpr size_t kReadaheadStreams = 16;
   static constexpr size_t kMaxQueuedPrefetches = 4096;
   // Frees extents in the allocator now; logs a double free.
   void FreeNow(const std::vector<Extent>& extents);
@@ -278,6 +290,14 @@ class FileSystem::Impl {
   std::mutex prefetch_mu_;
   std::condition_variable prefetch_cv_;
   std::vector<InodeRef> prefetch_queue_;  // GUARDED_BY(prefetch_mu_)
+  std::vector<uint64_t> prefetch_inos_;   // GUARDED_BY(prefetch_mu_): readahead
+  struct ReadaheadStream {
+    uint64_t last_ino = 0;  // last inode this stream opened
+    uint64_t next_ino = 0;  // first inode not queued yet
+    uint64_t used = 0;      // NoteReadOpen count when last matched (LRU)
+  };
+  std::array<ReadaheadStream, kReadaheadStreams> readahead_{};  // GUARDED_BY(prefetch_mu_)
+  uint64_t readahead_clock_ = 0;                                 // GUARDED_BY(prefetch_mu_)
   bool prefetch_stop_ = false;            // GUARDED_BY(prefetch_mu_)
   std::thread prefetch_thread_;           // runs PrefetchLoop()
   bool shut_down_ = false;

@@ -157,3 +157,34 @@ def test_daemon_memory_stays_within_cache_and_staging_bounds(make_volume):
     assert peak_kib <= limit_kib, (
         f"daemon peak RSS {peak_kib // 1024} MiB > start {base_kib // 1024} MiB + cache "
         f"{cache_mb} + staging {dirty_mb} + overhead {overhead_mb} MiB")
+
+
+def test_serial_loads_in_store_order_read_ahead_of_the_loop(vol):
+    """A connector loads a request's keys one at a time, in the order it
+    stored them (consecutive inodes). After two such loads kvfs prefetches
+    the next keys (inode-order readahead, 8 files ahead), so the device
+    works ahead of the serial loop; a key replaced after it was read ahead
+    still loads its new bytes."""
+    keys = [f"chunk-{i:03d}" for i in range(12)]
+    data = {k: payload(k, MiB) for k in keys}
+    for k in keys:  # LMCache's store: tmp, one write, close, rename
+        write_file(vol.p(k + ".tmp"), data[k])
+        os.rename(vol.p(k + ".tmp"), vol.p(k))
+    with open(vol.p(".kvfs", "drop_cache"), "w") as f:
+        f.write("1")
+    before = read_stats(vol.path)["cache"]["prefetched_bytes"]
+    for k in keys[:2]:
+        assert read_file(vol.p(k)) == data[k]
+    # The two loads' own files plus the 8 after them, before they are opened.
+    want = before + 10 * MiB
+    deadline = time.monotonic() + 20
+    while read_stats(vol.path)["cache"]["prefetched_bytes"] < want:
+        assert time.monotonic() < deadline, read_stats(vol.path)["cache"]
+        time.sleep(0.01)
+    data[keys[5]] = payload("replaced", MiB + 5)
+    write_file(vol.p(keys[5] + ".tmp"), data[keys[5]])
+    os.rename(vol.p(keys[5] + ".tmp"), vol.p(keys[5]))
+    used = read_stats(vol.path)["cache"]["prefetch_used_bytes"]
+    for k in keys[2:]:
+        assert read_file(vol.p(k)) == data[k], k
+    assert read_stats(vol.path)["cache"]["prefetch_used_bytes"] >= used + 7 * MiB
