@@ -609,7 +609,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
 
 // ------------------------------------------------------------ prefetch
 
-uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode) {
+uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch) {
   if (!inode->is_reg() || inode->deleted) return 0;
   if (inode->rec.size > options_.prefetch_file_max_bytes) return 0;
   uint64_t bytes = 0;
@@ -655,7 +655,11 @@ uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode) {
     std::lock_guard<std::mutex> t(table_mu_);
     inode->pending_changes += loads;  // pinned until the loads complete
   }
-  sched_->Submit(io::Lane::kPrefetch, reqs);
+  if (batch != nullptr) {
+    for (device::IoRequest& r : reqs) batch->push_back(std::move(r));
+  } else {
+    sched_->Submit(io::Lane::kPrefetch, reqs);
+  }
   return bytes;
 }
 

@@ -328,6 +328,8 @@ void FileSystem::Impl::QueuePrefetch(InodeRef inode) {
     std::lock_guard<std::mutex> l(prefetch_mu_);
     if (prefetch_queue_.size() >= kMaxQueuedPrefetches) return;
     prefetch_queue_.push_back(std::move(inode));
+    if (prefetch_wake_sent_) return;  // the thread will take this one too
+    prefetch_wake_sent_ = true;
   }
   prefetch_cv_.notify_one();
 }
@@ -356,6 +358,8 @@ void FileSystem::Impl::NoteReadOpen(uint64_t ino) {
     if (prefetch_inos_.size() >= kMaxQueuedPrefetches) return;
     for (uint64_t i = std::max(s->next_ino, ino + 1); i < end; ++i) prefetch_inos_.push_back(i);
     s->next_ino = std::max(s->next_ino, end);
+    if (prefetch_wake_sent_) return;
+    prefetch_wake_sent_ = true;
   }
   prefetch_cv_.notify_one();
 }
@@ -363,6 +367,7 @@ void FileSystem::Impl::NoteReadOpen(uint64_t ino) {
 void FileSystem::Impl::PrefetchLoop() {
   std::vector<InodeRef> batch;
   std::vector<uint64_t> inos;
+  std::vector<device::IoRequest> reqs;
   for (;;) {
     {
       std::unique_lock<std::mutex> l(prefetch_mu_);
@@ -370,13 +375,25 @@ void FileSystem::Impl::PrefetchLoop() {
         return prefetch_stop_ || !prefetch_queue_.empty() || !prefetch_inos_.empty();
       });
       if (prefetch_stop_) return;
+      // A stat storm queues a file per lookup: gather them for a moment, so
+      // that the storm costs one wake-up and one device submission per
+      // kPrefetchGather instead of one per lookup (with two CPUs, each
+      // wake-up took a CPU from the lookups). The open that follows a
+      // lookup prefetches by itself, so the delay costs a load nothing.
+      l.unlock();
+      std::this_thread::sleep_for(kPrefetchGather);
+      l.lock();
+      prefetch_wake_sent_ = false;
+      if (prefetch_stop_) return;
       batch.swap(prefetch_queue_);
       inos.swap(prefetch_inos_);
     }
     for (const InodeRef& inode : batch) {
       std::lock_guard<std::mutex> l(inode->mu);
-      Prefetch(inode);
+      Prefetch(inode, &reqs);
     }
+    if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
+    reqs.clear();
     batch.clear();  // drops the references outside prefetch_mu_
     // Readahead guesses: an inode that is gone, a directory or a file being
     // deleted is skipped (Prefetch checks); the prefetched ones stay in the
@@ -387,7 +404,7 @@ void FileSystem::Impl::PrefetchLoop() {
       uint64_t started;
       {
         std::lock_guard<std::mutex> l((*i)->mu);
-        started = Prefetch(*i);
+        started = Prefetch(*i, &reqs);
       }
       if (started > 0) {
         RetainPrefetched(*i);
@@ -397,6 +414,8 @@ void FileSystem::Impl::PrefetchLoop() {
       }
     }
     inos.clear();
+    if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
+    reqs.clear();
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <thread>
 #include <deque>
@@ -227,8 +228,11 @@ class FileSystem::Impl {
   void FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents);
   void FinishDeviceRead(const InodeRef& inode);  // a device read finished (takes mu)
   // Starts loading the file's chunks into the cache (prefetch lane), within
-  // the budgets. Returns the bytes it started loading. REQUIRES: inode->mu held.
-  uint64_t Prefetch(const InodeRef& inode);
+  // the budgets. Returns the bytes it started loading. With `batch`, the
+  // device reads are appended there for the caller to submit on the
+  // prefetch lane (one submission for many files) instead of submitted now.
+  // REQUIRES: inode->mu held.
+  uint64_t Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr);
   // Lookup-driven prefetch runs on prefetch_thread_, so that a stat storm's
   // replies do not wait for cache allocation and I/O submission. Queues at
   // most kMaxQueuedPrefetches inodes (speculative work: more are dropped).
@@ -246,6 +250,7 @@ class FileSystem::Impl {
   static constexpr uint64_t kReadaheadMaxGap = 4;
   static constexpr size_t kReadaheadStreams = 16;
   static constexpr size_t kMaxQueuedPrefetches = 4096;
+  static constexpr std::chrono::microseconds kPrefetchGather{200};
   // Frees extents in the allocator now; logs a double free.
   void FreeNow(const std::vector<Extent>& extents);
   // Pool buffer for staging; pushes staged chunks out while none is free.
@@ -299,6 +304,7 @@ class FileSystem::Impl {
   std::array<ReadaheadStream, kReadaheadStreams> readahead_{};  // GUARDED_BY(prefetch_mu_)
   uint64_t readahead_clock_ = 0;                                 // GUARDED_BY(prefetch_mu_)
   bool prefetch_stop_ = false;            // GUARDED_BY(prefetch_mu_)
+  bool prefetch_wake_sent_ = false;       // GUARDED_BY(prefetch_mu_): thread woken, not yet swapped
   std::thread prefetch_thread_;           // runs PrefetchLoop()
   bool shut_down_ = false;
 };
