@@ -5,15 +5,18 @@
 #include <cstdlib>
 
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace kvfs {
 
 namespace {
 
+// Free mmap'd buffers by size, at most kMaxRecycledBytes in all.
 struct FreeList {
   std::mutex mu;
-  std::vector<char*> buffers;  // GUARDED_BY(mu); each kRecycledBytes
+  std::unordered_map<size_t, std::vector<char*>> by_size;  // GUARDED_BY(mu)
+  size_t bytes = 0;                                        // GUARDED_BY(mu)
 };
 
 FreeList& Recycled() {
@@ -30,15 +33,32 @@ LargeBuffer LargeBuffer::Allocate(size_t bytes) {
     void* p = std::aligned_alloc(4096, size);
     return p ? LargeBuffer(static_cast<char*>(p), size) : LargeBuffer();
   }
-  if (size == kRecycledBytes) {
+  char* stale = nullptr;
+  size_t stale_size = 0;
+  {
     FreeList& fl = Recycled();
     std::lock_guard<std::mutex> l(fl.mu);
-    if (!fl.buffers.empty()) {
-      char* p = fl.buffers.back();
-      fl.buffers.pop_back();
+    auto it = fl.by_size.find(size);
+    if (it != fl.by_size.end() && !it->second.empty()) {
+      char* p = it->second.back();
+      it->second.pop_back();
+      fl.bytes -= size;
       return LargeBuffer(p, size);
     }
+    // A miss while the list is over half full: the sizes it holds are
+    // likely of an earlier workload; give one back so the list follows.
+    if (fl.bytes > kMaxRecycledBytes / 2) {
+      for (auto& [sz, v] : fl.by_size) {
+        if (v.empty()) continue;
+        stale = v.back();
+        stale_size = sz;
+        v.pop_back();
+        fl.bytes -= sz;
+        break;
+      }
+    }
   }
+  if (stale) munmap(stale, stale_size);
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return {};
   return LargeBuffer(static_cast<char*>(p), size);
@@ -50,11 +70,12 @@ void LargeBuffer::Release() {
     std::free(std::exchange(data_, nullptr));
     return;
   }
-  if (size_ == kRecycledBytes) {
+  {
     FreeList& fl = Recycled();
     std::lock_guard<std::mutex> l(fl.mu);
-    if (fl.buffers.size() < kMaxRecycled) {
-      fl.buffers.push_back(std::exchange(data_, nullptr));
+    if (fl.bytes + size_ <= kMaxRecycledBytes) {
+      fl.by_size[size_].push_back(std::exchange(data_, nullptr));
+      fl.bytes += size_;
       return;
     }
   }

@@ -27,11 +27,12 @@ void CachedChunk::Finish(bool ok) {
 ChunkCache::ChunkCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
 ChunkCache::~ChunkCache() { Clear(); }
 
-std::shared_ptr<CachedChunk> ChunkCache::Get(uint64_t owner, uint64_t chunk, uint64_t version) {
+std::shared_ptr<CachedChunk> ChunkCache::Get(uint64_t owner, uint64_t chunk, uint64_t version,
+                                             bool count_miss) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = slots_.find({owner, chunk});
   if (it == slots_.end() || it->second.chunk->version != version) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    if (count_miss) misses_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
   lru_.splice(lru_.begin(), lru_, it->second.lru);

@@ -69,8 +69,9 @@ class ChunkCache {
   ~ChunkCache();
 
   // The entry of (owner, chunk) if it holds `version`; bumps it in the LRU.
-  // Counts a hit or a miss.
-  std::shared_ptr<CachedChunk> Get(uint64_t owner, uint64_t chunk, uint64_t version);
+  // Counts a hit, and a miss unless !count_miss (the caller looks again).
+  std::shared_ptr<CachedChunk> Get(uint64_t owner, uint64_t chunk, uint64_t version,
+                                   bool count_miss = true);
   // A new loading entry for (owner, chunk, version) of `capacity` bytes, or
   // null if one already exists or the budget cannot make room.
   std::shared_ptr<CachedChunk> StartLoad(uint64_t owner, uint64_t chunk, uint64_t version,

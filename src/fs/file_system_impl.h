@@ -227,6 +227,10 @@ class FileSystem::Impl {
   void TruncateData(const InodeRef& inode, uint64_t new_size);
   void FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents);
   void FinishDeviceRead(const InodeRef& inode);  // a device read finished (takes mu)
+  // The cache entry holding all of [off, off + len) of one chunk, loaded or
+  // loading, or null (other chunks, staged data, a hole, verify=on).
+  // REQUIRES: inode->mu held.
+  std::shared_ptr<CachedChunk> CachedWhole(const InodeRef& i, uint64_t off, uint64_t len);
   // Starts loading the file's chunks into the cache (prefetch lane), within
   // the budgets. Returns the bytes it started loading. With `batch`, the
   // device reads are appended there for the caller to submit on the
