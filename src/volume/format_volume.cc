@@ -92,6 +92,7 @@ Result<FormatResult> FormatVolume(const std::vector<std::string>& devices,
 
   // Phase 1: check everything, write nothing.
   std::vector<Planned> plan;
+  std::vector<std::unique_ptr<device::BlockDevice>> locked;  // held until the end
   for (const std::string& path : devices) {
     Planned p;
     p.path = path;
@@ -110,7 +111,20 @@ Result<FormatResult> FormatVolume(const std::vector<std::string>& devices,
       }
       auto dev = device::BlockDevice::Open(path, /*read_only=*/true);
       if (!dev.ok()) return dev.status();
+      // A mounted (or checked) volume holds its devices' lock: refused even
+      // with --force, and held until the end, so no mount starts meanwhile.
+      KVFS_RETURN_IF_ERROR((*dev)->LockExclusive());
+      if (p.is_block_device) {
+        // Mounted by a kernel filesystem (or held by md/dm): the kernel's
+        // exclusive claim makes an O_EXCL open fail with EBUSY.
+        int fd = open(path.c_str(), O_RDONLY | O_EXCL | O_CLOEXEC);
+        if (fd < 0 && errno == EBUSY) {
+          return Status::Error(EBUSY, path + ": in use by the kernel (mounted?); not formatting it");
+        }
+        if (fd >= 0) close(fd);
+      }
       p.size_bytes = (*dev)->size_bytes();
+      locked.push_back(std::move(*dev));
       if (options.size_bytes > 0) {
         if (p.is_block_device) return Status::Error(EINVAL, path + ": --size is for image files");
         if (options.size_bytes < p.size_bytes) {

@@ -4,7 +4,7 @@ import os
 import subprocess
 import time
 
-from conftest import FUSERMOUNT, MiB, mounted_fstype, run_kvfs
+from conftest import FUSERMOUNT, MKFS_BIN, MiB, mounted_fstype, run_kvfs
 
 
 def one_line(stderr):
@@ -26,6 +26,20 @@ def test_second_mount_of_same_volume_is_refused(vol, workdir):
         f.write(b"yes")
     with open(vol.p("still-works"), "rb") as f:
         assert f.read() == b"yes"
+
+
+def test_mkfs_of_a_mounted_volume_is_refused_even_with_force(vol):
+    with open(vol.p("keep"), "wb") as f:
+        f.write(b"data")
+    r = subprocess.run([MKFS_BIN, "-f", vol.image], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "in use" in r.stderr and vol.image in r.stderr, r.stderr
+    # Nothing was touched: the mount goes on, its data readable.
+    with open(vol.p("keep"), "rb") as f:
+        assert f.read() == b"data"
+    with open(vol.p("more"), "wb") as f:
+        f.write(b"yes")
+    assert sorted(os.listdir(vol.path)) == ["keep", "more"]
 
 
 def test_missing_mountpoint(make_volume):

@@ -66,6 +66,31 @@ TEST(FormatVolume, RefusesExistingVolumeWithoutForceAndWritesNothing) {
   EXPECT_NE(Head(img, 4096), before);
 }
 
+// A volume in use (mounted, or being checked) holds its devices' lock:
+// --force does not override that, and nothing is written, index included.
+TEST(FormatVolume, RefusesAVolumeInUseEvenWithForceAndWritesNothing) {
+  testing::TempDir dir;
+  std::string img = dir.Join("vol.img");
+  FormatOptions opt;
+  opt.size_bytes = kImageBytes;
+  ASSERT_TRUE(FormatVolume({img}, opt).ok());
+  std::string before = Head(img, 4096);
+  std::string current = Head(img + ".index/CURRENT", 100);
+  ASSERT_FALSE(current.empty());
+  auto holder = device::BlockDevice::Open(img, /*read_only=*/true);
+  ASSERT_TRUE(holder.ok());
+  ASSERT_TRUE((*holder)->LockShared().ok());  // as fsck holds it; a mount holds it exclusively
+  opt.force = true;
+  auto r = FormatVolume({img}, opt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), EBUSY) << r.status().ToString();
+  EXPECT_NE(r.status().context().find("in use"), std::string::npos) << r.status().ToString();
+  EXPECT_EQ(Head(img, 4096), before);
+  EXPECT_EQ(Head(img + ".index/CURRENT", 100), current);
+  holder->reset();  // released: now it may be formatted
+  EXPECT_TRUE(FormatVolume({img}, opt).ok());
+}
+
 TEST(FormatVolume, RefusesForeignFilesystemSignature) {
   testing::TempDir dir;
   std::string img = dir.Join("ext4.img");
