@@ -247,6 +247,7 @@ class Client:
         self.path = os.fspath(mount_dir)
         self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._local = threading.local()  # .table: this thread's table Buffer
+        self._exists_op = abi.OP_EXISTS  # OP_STAT with a daemon that predates it
         self._tables_lock = threading.Lock()
         self._tables = []  # GUARDED_BY(_tables_lock): every table made, for close()
         # GUARDED_BY(_tables_lock): Buffers from register() not yet closed.
@@ -387,8 +388,14 @@ class Client:
         names = [x.encode(enc, errs) if type(x) is str else _encode(x) for x in names]
         out = []
         for start in range(0, len(names), abi.BATCH_MAX_ENTRIES):
-            out += [st == 0 for st, _ in
-                    self._call_names(abi.OP_EXISTS, names[start:start + abi.BATCH_MAX_ENTRIES])]
+            part = names[start:start + abi.BATCH_MAX_ENTRIES]
+            res = self._call_names(self._exists_op, part)
+            if self._exists_op == abi.OP_EXISTS and all(st == _errno.EINVAL for st, _ in res):
+                # A daemon older than OP_EXISTS refuses every entry: STAT
+                # answers the same question.
+                self._exists_op = abi.OP_STAT
+                res = self._call_names(abi.OP_STAT, part)
+            out += [st == 0 for st, _ in res]
         return out
 
     def prefetch(self, names):

@@ -42,20 +42,20 @@ LargeBuffer LargeBuffer::Allocate(size_t bytes) {
     if (it != fl.by_size.end() && !it->second.empty()) {
       char* p = it->second.back();
       it->second.pop_back();
+      if (it->second.empty()) fl.by_size.erase(it);
       fl.bytes -= size;
       return LargeBuffer(p, size);
     }
     // A miss while the list is over half full: the sizes it holds are
     // likely of an earlier workload; give one back so the list follows.
-    if (fl.bytes > kMaxRecycledBytes / 2) {
-      for (auto& [sz, v] : fl.by_size) {
-        if (v.empty()) continue;
-        stale = v.back();
-        stale_size = sz;
-        v.pop_back();
-        fl.bytes -= sz;
-        break;
-      }
+    if (fl.bytes > kMaxRecycledBytes / 2 && !fl.by_size.empty()) {
+      // (Every vector in the map is non-empty; `size` has none.)
+      auto victim = fl.by_size.begin();
+      stale = victim->second.back();
+      stale_size = victim->first;
+      victim->second.pop_back();
+      if (victim->second.empty()) fl.by_size.erase(victim);
+      fl.bytes -= stale_size;
     }
   }
   if (stale) munmap(stale, stale_size);

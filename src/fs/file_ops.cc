@@ -38,7 +38,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
   }
   InodeRef file;
   {
-    std::lock_guard<std::shared_mutex> ns(ns_mu_);
+    std::lock_guard<RwLock> ns(ns_mu_);
     KVFS_ASSIGN_OR_RETURN(file, AddChild(parent, name, S_IFREG | (mode & 07777), caller));
   }
   uint64_t fh = next_fh_++;
@@ -115,7 +115,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
     last = --i->opens == 0;
   }
   if (!last) return;
-  std::lock_guard<std::shared_mutex> ns(ns_mu_);  // orders the delete after namespace changes
+  std::lock_guard<RwLock> ns(ns_mu_);  // orders the delete after namespace changes
   std::unique_lock<std::mutex> l(i->mu);
   SubmitAllStaged(i);
   {

@@ -254,7 +254,7 @@ void FileSystem::Impl::ChangeCommitted(Change& c, Status st) {
   }
   c.frees.clear();
   if (!c.entry_ops.empty()) {
-    std::lock_guard<std::shared_mutex> l(ns_mu_);
+    std::lock_guard<RwLock> l(ns_mu_);
     for (const EntryOp& op : c.entry_ops) {
       auto it = pending_entries_.find(std::make_pair(op.parent, op.name));
       if (it != pending_entries_.end() && --it->second.pending == 0) pending_entries_.erase(it);
@@ -372,7 +372,13 @@ void FileSystem::Impl::PrefetchLoop() {
     {
       std::unique_lock<std::mutex> l(prefetch_mu_);
       prefetch_cv_.wait(l, [this] {
-        return prefetch_stop_ || !prefetch_queue_.empty() || !prefetch_inos_.empty();
+        if (prefetch_queue_.empty() && prefetch_inos_.empty()) {
+          // Nothing to take (DropCache may have emptied the queues after a
+          // producer signalled): the next producer must signal again.
+          prefetch_wake_sent_ = false;
+          return prefetch_stop_;
+        }
+        return true;
       });
       if (prefetch_stop_) return;
       // A stat storm queues a file per lookup: gather them for a moment, so
@@ -395,27 +401,34 @@ void FileSystem::Impl::PrefetchLoop() {
     if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
     reqs.clear();
     batch.clear();  // drops the references outside prefetch_mu_
-    // Readahead guesses: an inode that is gone, a directory or a file being
-    // deleted is skipped (Prefetch checks); the prefetched ones stay in the
-    // table so that their cache entries survive until the loop opens them.
+    // Readahead guesses: an inode that is gone, a directory, a file being
+    // deleted or an unlinked one still open is skipped; the prefetched ones
+    // stay in the table so that their cache entries survive until the loop
+    // opens them. Each file's reads are submitted at once: a reader may
+    // already wait for them.
     for (uint64_t ino : inos) {
-      Result<InodeRef> i = GetInode(ino);
+      Result<InodeRef> i = [&] {
+        // Shared ns_mu_: no unlink can commit between this index read and
+        // the table insert, which would leave a stale copy in the table.
+        std::shared_lock<RwLock> ns(ns_mu_);
+        return GetInode(ino);
+      }();
       if (!i.ok()) continue;
-      uint64_t started;
+      uint64_t started = 0;
       {
         std::lock_guard<std::mutex> l((*i)->mu);
-        started = Prefetch(*i, &reqs);
+        if (!(*i)->orphan) started = Prefetch(*i, &reqs);
       }
       if (started > 0) {
         RetainPrefetched(*i);
+        sched_->Submit(io::Lane::kPrefetch, reqs);
+        reqs.clear();
       } else {
         std::lock_guard<std::mutex> t(table_mu_);
         MaybeEvict(*i);  // loaded by GetInode only for this guess
       }
     }
     inos.clear();
-    if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
-    reqs.clear();
   }
 }
 
@@ -441,7 +454,7 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
   // A directory: each file in it, in name order, until the budget is used.
   std::vector<uint64_t> children;
   {
-    std::lock_guard<std::shared_mutex> ns(ns_mu_);
+    std::lock_guard<RwLock> ns(ns_mu_);
     KVFS_RETURN_IF_ERROR(volume_.index().ListEntries(ino, "", [&](std::string_view, uint64_t c) {
       children.push_back(c);
       return true;
@@ -463,7 +476,7 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
 
 Result<uint64_t> FileSystem::Impl::ResolvePath(std::string_view path) {
   uint64_t ino = kRootIno;
-  std::lock_guard<std::shared_mutex> ns(ns_mu_);
+  std::lock_guard<RwLock> ns(ns_mu_);
   while (!path.empty()) {
     size_t slash = path.find('/');
     std::string_view part = path.substr(0, slash);

@@ -24,6 +24,7 @@
 #include "fs/chunk_cache.h"
 #include "common/format.h"
 #include "common/large_buffer.h"
+#include "common/rw_lock.h"
 #include "fs/committer.h"
 #include "fs/file_system.h"
 #include "fs/inode_state.h"
@@ -272,8 +273,9 @@ class FileSystem::Impl {
 
   // Namespace lock: serializes namespace changes and the overlay. Lookups
   // that change nothing it guards take it shared, so index reads of a
-  // batch's STAT entries (and of FUSE lookups) run in parallel.
-  std::shared_mutex ns_mu_;
+  // batch's STAT entries (and of FUSE lookups) run in parallel; a waiting
+  // change goes before new lookups (common/rw_lock.h).
+  RwLock ns_mu_;
   std::map<std::pair<uint64_t, std::string>, PendingEntry, std::less<>> pending_entries_;  // GUARDED_BY(ns_mu_)
 
   std::mutex table_mu_;

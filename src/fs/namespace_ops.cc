@@ -40,7 +40,7 @@ Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view nam
   if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
   InodeRef child;
   {
-    std::shared_lock<std::shared_mutex> ns(ns_mu_);  // changes nothing ns_mu_ guards
+    std::shared_lock<RwLock> ns(ns_mu_);  // changes nothing ns_mu_ guards
     KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
     if (!p->is_dir()) return Status::Error(ENOTDIR, "lookup");
     uint64_t ino;
@@ -52,9 +52,17 @@ Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view nam
     } else {
       KVFS_ASSIGN_OR_RETURN(ino, ResolveEntry(parent, name));
     }
-    KVFS_ASSIGN_OR_RETURN(child, GetInode(ino));
-    std::lock_guard<std::mutex> t(table_mu_);
-    child->lookups++;
+    // The kernel's lookup count goes on the state in the table: one loaded
+    // here can be evicted before the count is taken (other walkers and the
+    // prefetch thread unpin and evict concurrently), then load it again.
+    for (;;) {
+      KVFS_ASSIGN_OR_RETURN(child, GetInode(ino));
+      std::lock_guard<std::mutex> t(table_mu_);
+      auto it = inodes_.find(ino);
+      if (it == inodes_.end() || it->second != child) continue;
+      child->lookups++;
+      break;
+    }
   }
   // Connectors check which keys exist before they load them: start reading.
   if (options_.prefetch == PrefetchMode::kLookup && child->is_reg()) QueuePrefetch(child);
@@ -110,7 +118,7 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
                                      const Caller& caller) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   if (IsDotName(name)) return Status::Error(EEXIST, "mkdir");
-  std::lock_guard<std::shared_mutex> ns(ns_mu_);
+  std::lock_guard<RwLock> ns(ns_mu_);
   KVFS_ASSIGN_OR_RETURN(InodeRef dir, AddChild(parent, name, S_IFDIR | (mode & 07777), caller));
   std::lock_guard<std::mutex> l(dir->mu);
   return ToAttr(dir->rec);
@@ -162,7 +170,7 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
   if (name == ".") return Status::Error(EINVAL, "rmdir .");
   if (name == "..") return Status::Error(ENOTEMPTY, "rmdir ..");
   KVFS_RETURN_IF_ERROR(CheckName(name));
-  std::lock_guard<std::shared_mutex> ns(ns_mu_);
+  std::lock_guard<RwLock> ns(ns_mu_);
   KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "rmdir");
   KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
@@ -217,7 +225,7 @@ void DropLink(InodeState& v, const InodeRef& ref, Change& c, std::mutex& table_m
 }
 
 Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name) {
-  std::lock_guard<std::shared_mutex> ns(ns_mu_);
+  std::lock_guard<RwLock> ns(ns_mu_);
   return UnlinkLocked(parent, name);
 }
 
@@ -252,7 +260,7 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   KVFS_RETURN_IF_ERROR(CheckName(name));
   KVFS_RETURN_IF_ERROR(CheckName(new_name));
   if (IsDotName(name) || IsDotName(new_name)) return Status::Error(EINVAL, "rename . or ..");
-  std::lock_guard<std::shared_mutex> ns(ns_mu_);
+  std::lock_guard<RwLock> ns(ns_mu_);
   KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
   KVFS_ASSIGN_OR_RETURN(InodeRef np, GetInode(new_parent));
   if (!p->is_dir() || !np->is_dir()) return Status::Error(ENOTDIR, "rename");
@@ -333,7 +341,7 @@ Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
   auto dh = std::make_unique<DirHandle>();
   dh->ino = ino;
   {
-    std::lock_guard<std::shared_mutex> ns(ns_mu_);
+    std::lock_guard<RwLock> ns(ns_mu_);
     KVFS_ASSIGN_OR_RETURN(InodeRef d, GetInode(ino));
     uint64_t parent;
     {

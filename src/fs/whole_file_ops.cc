@@ -111,7 +111,7 @@ Result<Attr> FileSystem::Impl::LookupPath(uint64_t dir, std::string_view path,
                                           const Caller& caller) {
   // No lookup-driven prefetch here: a batch that asks STAT and then READs
   // reads straight into its own memory, and a cache copy would only cost.
-  std::shared_lock<std::shared_mutex> ns(ns_mu_);  // a walk changes nothing ns_mu_ guards
+  std::shared_lock<RwLock> ns(ns_mu_);  // a walk changes nothing ns_mu_ guards
   InodeRef i;
   KVFS_RETURN_IF_ERROR(WalkPath(dir, path, caller, false, &i, nullptr));
   Attr a;
@@ -124,7 +124,7 @@ Result<Attr> FileSystem::Impl::LookupPath(uint64_t dir, std::string_view path,
 }
 
 Status FileSystem::Impl::ExistsPath(uint64_t dir, std::string_view path, const Caller& caller) {
-  std::shared_lock<std::shared_mutex> ns(ns_mu_);
+  std::shared_lock<RwLock> ns(ns_mu_);
   InodeRef p;
   std::string_view leaf;
   KVFS_RETURN_IF_ERROR(WalkPath(dir, path, caller, true, &p, &leaf));
@@ -136,7 +136,7 @@ Status FileSystem::Impl::ExistsPath(uint64_t dir, std::string_view path, const C
 // ------------------------------------------------------------ delete, prefetch
 
 Status FileSystem::Impl::DeleteFile(uint64_t dir, std::string_view path, const Caller& caller) {
-  std::lock_guard<std::shared_mutex> ns(ns_mu_);
+  std::lock_guard<RwLock> ns(ns_mu_);
   InodeRef p;
   std::string_view leaf;
   KVFS_RETURN_IF_ERROR(WalkPath(dir, path, caller, true, &p, &leaf));
@@ -172,7 +172,7 @@ Result<uint64_t> FileSystem::Impl::PrefetchFile(uint64_t dir, std::string_view p
                                                 const Caller& caller) {
   InodeRef i;
   {
-    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    std::shared_lock<RwLock> ns(ns_mu_);
     KVFS_RETURN_IF_ERROR(WalkPath(dir, path, caller, false, &i, nullptr));
   }
   Result<uint64_t> r = [&]() -> Result<uint64_t> {
@@ -215,7 +215,7 @@ void FileSystem::Impl::ReadFile(uint64_t dir, std::string_view path, uint64_t of
   };
   InodeRef i;
   {
-    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    std::shared_lock<RwLock> ns(ns_mu_);
     Status st = WalkPath(dir, path, caller, false, &i, nullptr);
     if (!st.ok()) return done(st);
   }
@@ -295,7 +295,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
   InodeRef parent;
   std::string leaf;
   {
-    std::lock_guard<std::shared_mutex> ns(ns_mu_);
+    std::lock_guard<RwLock> ns(ns_mu_);
     std::string_view name;
     Status st = WalkPath(dir, path, caller, true, &parent, &name);
     if (!st.ok()) return done(st);
@@ -443,7 +443,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
           Crc32cExtend(Crc32c(sp.head, sp.head_len), sp.tail, sp.tail_len);
     }
     if (st.ok()) {
-      std::lock_guard<std::shared_mutex> ns(ns_mu_);
+      std::lock_guard<RwLock> ns(ns_mu_);
       // Checked again: the namespace may have changed while data was written.
       auto y = check_replace(ws->parent, ws->leaf, ws->caller);
       if (!y.ok()) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <memory>
 
 #include "common/format.h"
@@ -67,6 +68,20 @@ Status CheckIndexDir(const std::string& dir, bool force) {
       if (!force) {
         return Status::Error(EEXIST, "index " + dir + " already holds an index (use -f to replace)");
       }
+      // RocksDB holds a write lock (fcntl) on LOCK while the index is open:
+      // the index of a mounted volume is never replaced, whatever devices
+      // were named.
+      int fd = open((fs::path(dir) / "LOCK").c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        struct flock fl {};
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        const bool held = fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+        close(fd);
+        if (held) {
+          return Status::Error(EBUSY, "index " + dir + " is in use (open by a kvfs mount or fsck)");
+        }
+      }
     } else if (!fs::is_empty(dir, ec)) {
       return Status::Error(ENOTEMPTY, "index " + dir + ": directory is not empty and is not an index");
     }
@@ -93,9 +108,17 @@ Result<FormatResult> FormatVolume(const std::vector<std::string>& devices,
   // Phase 1: check everything, write nothing.
   std::vector<Planned> plan;
   std::vector<std::unique_ptr<device::BlockDevice>> locked;  // held until the end
+  std::vector<std::string> seen;
   for (const std::string& path : devices) {
     Planned p;
     p.path = path;
+    std::error_code canon_ec;
+    std::string canon = fs::weakly_canonical(path, canon_ec).string();
+    if (canon_ec) canon = path;
+    if (std::find(seen.begin(), seen.end(), canon) != seen.end()) {
+      return Status::Error(EINVAL, path + ": named twice");
+    }
+    seen.push_back(canon);
     struct stat st;
     if (stat(path.c_str(), &st) != 0) {
       if (errno != ENOENT) return Status::FromErrno(path);

@@ -42,6 +42,20 @@ def test_mkfs_of_a_mounted_volume_is_refused_even_with_force(vol):
     assert sorted(os.listdir(vol.path)) == ["keep", "more"]
 
 
+def test_mkfs_does_not_replace_the_index_of_a_mounted_volume(vol, workdir):
+    with open(vol.p("keep"), "wb") as f:
+        f.write(b"data")
+    other = os.path.join(workdir, "other.img")
+    r = subprocess.run([MKFS_BIN, "-f", "--size", str(64 * MiB), "--index", vol.image + ".index",
+                        other], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "in use" in r.stderr and "index" in r.stderr, r.stderr
+    assert not os.path.exists(other)
+    vol.remount()  # the index is whole: the volume mounts again, data intact
+    with open(vol.p("keep"), "rb") as f:
+        assert f.read() == b"data"
+
+
 def test_missing_mountpoint(make_volume):
     v = make_volume("a")
     r = run_kvfs("-f", v.image, v.mnt + "-does-not-exist")

@@ -118,6 +118,27 @@ def test_write_read_stat_prefetch_delete_round_trip(vol, client):
     dst.close()
 
 
+def test_exists_batch_asks_stat_of_a_daemon_that_predates_exists(vol, client):
+    # A daemon older than KVFS_OP_EXISTS answers EINVAL for each such entry
+    # (the ABI's unknown-op rule); its answers are stood in for here.
+    for name in ("a", "c"):
+        with open(vol.p(name), "wb") as f:
+            f.write(b"x")
+    real = client._call_names
+    ops = []
+
+    def older_daemon(op, names):
+        ops.append(op)
+        if op == abi.OP_EXISTS:
+            return [(errno.EINVAL, 0)] * len(names)
+        return real(op, names)
+
+    client._call_names = older_daemon
+    assert client.exists_batch(["a", "b", "c"]) == [True, False, True]
+    assert client.exists_batch(["b", "c"]) == [False, True]
+    assert ops == [abi.OP_EXISTS, abi.OP_STAT, abi.OP_STAT]  # asked once, then remembered
+
+
 def test_32_keys_in_one_call_with_mixed_hits_and_misses(vol, client):
     key = 256 * KiB
     names = [f"layer0/chunk-{i:02d}" for i in range(32)]

@@ -91,6 +91,19 @@ TEST(FormatVolume, RefusesAVolumeInUseEvenWithForceAndWritesNothing) {
   EXPECT_TRUE(FormatVolume({img}, opt).ok());
 }
 
+TEST(FormatVolume, RefusesADeviceNamedTwice) {
+  testing::TempDir dir;
+  std::string img = dir.Join("vol.img");
+  FormatOptions opt;
+  opt.size_bytes = kImageBytes;
+  auto r = FormatVolume({img, dir.Join("./vol.img")}, opt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), EINVAL);
+  EXPECT_NE(r.status().context().find("named twice"), std::string::npos) << r.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(img));
+  EXPECT_FALSE(std::filesystem::exists(img + ".index"));
+}
+
 TEST(FormatVolume, RefusesForeignFilesystemSignature) {
   testing::TempDir dir;
   std::string img = dir.Join("ext4.img");
