@@ -420,7 +420,7 @@ void FileSystem::Impl::PrefetchLoop() {
         if (!(*i)->orphan) started = Prefetch(*i, &reqs);
       }
       if (started > 0) {
-        RetainPrefetched(*i);
+        RetainPrefetched(*i, &retained_readahead_, kRetainedReadahead);
         sched_->Submit(io::Lane::kPrefetch, reqs);
         reqs.clear();
       } else {

@@ -203,7 +203,15 @@ class FileSystem::Impl {
                   InodeRef* parent, std::string_view* leaf);
   // Keeps an inode prefetched by the batch in the table (its cache entries
   // are keyed by the InodeState), for the newest kRetainedPrefetches.
-  void RetainPrefetched(const InodeRef& inode);
+  // `list` is retained_prefetches_ (hints and batch PREFETCH, the newest
+  // `max`) or retained_readahead_ (readahead guesses: their own, smaller
+  // list, so that a long load loop does not push out what a client asked
+  // for). REQUIRES: table_mu_ not held.
+  void RetainPrefetched(const InodeRef& inode, std::deque<InodeRef>* list, size_t max);
+  void RetainPrefetched(const InodeRef& inode) {
+    RetainPrefetched(inode, &retained_prefetches_, kRetainedPrefetches);
+  }
+  static constexpr size_t kRetainedPrefetches = 4096;
 
   // Changes. REQUIRES for Queue*: ns_mu_ held when entry ops are involved,
   // so the overlay and the queue agree on order.
@@ -254,6 +262,8 @@ class FileSystem::Impl {
   static constexpr uint64_t kReadaheadFiles = 8;
   static constexpr uint64_t kReadaheadMaxGap = 4;
   static constexpr size_t kReadaheadStreams = 16;
+  // Readahead guesses kept in the table at most (RetainPrefetched).
+  static constexpr size_t kRetainedReadahead = 2 * kReadaheadStreams * kReadaheadFiles;
   static constexpr size_t kMaxQueuedPrefetches = 4096;
   static constexpr std::chrono::microseconds kPrefetchGather{200};
   // Frees extents in the allocator now; logs a double free.
@@ -292,6 +302,7 @@ class FileSystem::Impl {
 
   // Inodes pinned by RetainPrefetched(), oldest first. GUARDED_BY(table_mu_)
   std::deque<InodeRef> retained_prefetches_;
+  std::deque<InodeRef> retained_readahead_;  // GUARDED_BY(table_mu_)
 
   std::atomic<uint64_t> next_token_{1};
   FsMetrics metrics_;

@@ -30,8 +30,6 @@ namespace {
 
 // Bytes of a whole batch path; the ABI's KVFS_PATH_MAX (include/kvfs/ioctl.h).
 constexpr size_t kMaxPathLen = 4096;
-// Inodes RetainPrefetched() keeps in the table at most.
-constexpr size_t kRetainedPrefetches = 4096;
 
 
 // Splits `path` into its components, checking only its syntax: EXDEV for a
@@ -186,16 +184,17 @@ Result<uint64_t> FileSystem::Impl::PrefetchFile(uint64_t dir, std::string_view p
   return r;
 }
 
-void FileSystem::Impl::RetainPrefetched(const InodeRef& inode) {
+void FileSystem::Impl::RetainPrefetched(const InodeRef& inode, std::deque<InodeRef>* list,
+                                        size_t max) {
   // The batch holds no kernel lookup on the file: without a pin the inode
   // would leave the table when its loads finish, and its cache entries
   // (keyed by the InodeState) with it.
   std::lock_guard<std::mutex> t(table_mu_);
   inode->pending_changes++;
-  retained_prefetches_.push_back(inode);
-  if (retained_prefetches_.size() > kRetainedPrefetches) {
-    InodeRef old = std::move(retained_prefetches_.front());
-    retained_prefetches_.pop_front();
+  list->push_back(inode);
+  if (list->size() > max) {
+    InodeRef old = std::move(list->front());
+    list->pop_front();
     old->pending_changes--;
     MaybeEvict(old);
   }
