@@ -18,6 +18,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -286,7 +287,17 @@ class FileSystem::Impl {
   // batch's STAT entries (and of FUSE lookups) run in parallel; a waiting
   // change goes before new lookups (common/rw_lock.h).
   RwLock ns_mu_;
-  std::map<std::pair<uint64_t, std::string>, PendingEntry, std::less<>> pending_entries_;  // GUARDED_BY(ns_mu_)
+  // (parent, name) keys, comparable with a (parent, string_view) so that a
+  // lookup builds no string (lookups far outnumber pending changes).
+  struct EntryKeyLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      if (a.first != b.first) return a.first < b.first;
+      return std::string_view(a.second) < std::string_view(b.second);
+    }
+  };
+  std::map<std::pair<uint64_t, std::string>, PendingEntry, EntryKeyLess> pending_entries_;  // GUARDED_BY(ns_mu_)
 
   std::mutex table_mu_;
   std::unordered_map<uint64_t, InodeRef> inodes_;  // GUARDED_BY(table_mu_)

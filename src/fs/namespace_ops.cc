@@ -20,7 +20,7 @@ bool IsDotName(std::string_view name) { return name == "." || name == ".."; }
 }  // namespace
 
 Result<uint64_t> FileSystem::Impl::ResolveEntry(uint64_t parent, std::string_view name) {
-  auto it = pending_entries_.find(std::make_pair(parent, std::string(name)));
+  auto it = pending_entries_.find(std::pair<uint64_t, std::string_view>(parent, name));
   if (it != pending_entries_.end()) {
     if (it->second.child == 0) return Status::Error(ENOENT, std::string(name));
     return it->second.child;

@@ -62,7 +62,9 @@ Status SplitPath(std::string_view path, std::vector<std::string_view>* parts) {
 
 Status FileSystem::Impl::WalkPath(uint64_t dir, std::string_view path, const Caller& caller,
                                   bool want_parent, InodeRef* out, std::string_view* leaf) {
-  std::vector<std::string_view> parts;
+  // Reused: a batch walks thousands of paths, and WalkPath never nests.
+  thread_local std::vector<std::string_view> parts;
+  parts.clear();
   KVFS_RETURN_IF_ERROR(SplitPath(path, &parts));
   KVFS_ASSIGN_OR_RETURN(InodeRef cur, GetPinned(dir));
   const size_t walk = parts.size() - (want_parent ? 1 : 0);
