@@ -411,7 +411,7 @@ void FileSystem::Impl::PrefetchLoop() {
         // Shared ns_mu_: no unlink can commit between this index read and
         // the table insert, which would leave a stale copy in the table.
         std::shared_lock<RwLock> ns(ns_mu_);
-        return GetInode(ino);
+        return GetPinned(ino);  // pinned: not evicted before it is retained
       }();
       if (!i.ok()) continue;
       uint64_t started = 0;
@@ -423,10 +423,8 @@ void FileSystem::Impl::PrefetchLoop() {
         RetainPrefetched(*i, &retained_readahead_, kRetainedReadahead);
         sched_->Submit(io::Lane::kPrefetch, reqs);
         reqs.clear();
-      } else {
-        std::lock_guard<std::mutex> t(table_mu_);
-        MaybeEvict(*i);  // loaded by GetInode only for this guess
       }
+      Unpin(*i);  // evicts a guess loaded only for this and not retained
     }
     inos.clear();
   }

@@ -204,7 +204,7 @@ class FileSystem::Impl {
                   InodeRef* parent, std::string_view* leaf);
   // Keeps an inode prefetched by the batch in the table (its cache entries
   // are keyed by the InodeState), for the newest kRetainedPrefetches.
-  // `list` is retained_prefetches_ (hints and batch PREFETCH, the newest
+  // `list` is retained_prefetches_ (batch PREFETCH, the newest
   // `max`) or retained_readahead_ (readahead guesses: their own, smaller
   // list, so that a long load loop does not push out what a client asked
   // for). REQUIRES: table_mu_ not held.
