@@ -8,6 +8,7 @@
 - The daemon's memory stays within cache + staging bounds plus a fixed
   overhead while it reads many times the cache size.
 """
+import errno
 import os
 import struct
 import sys
@@ -72,6 +73,7 @@ def test_cache_never_serves_an_old_or_torn_version(vol):
     stop = threading.Event()
     errors = []
     reads = [0]
+    stale = [0]
 
     def version_bytes(name, version):
         size = (64 + (version * 37) % 3000) * 1024  # sizes vary by version
@@ -106,6 +108,14 @@ def test_cache_never_serves_an_old_or_torn_version(vol):
                     data = read_file(vol.p(name))
                 except FileNotFoundError:
                     continue
+                except OSError as e:
+                    # The name was replaced between the kernel's lookup and
+                    # open, twice (the kernel retries once): README
+                    # "Semantics". Rare, or it is a bug (checked below).
+                    if e.errno != errno.ESTALE:
+                        raise
+                    stale[0] += 1
+                    continue
                 version, size = struct.unpack("<QQ", data[:16])
                 if len(data) != size or data != version_bytes(name, version):
                     errors.append(f"reader {r}: {name} version {version}: {len(data)} bytes, "
@@ -124,6 +134,7 @@ def test_cache_never_serves_an_old_or_torn_version(vol):
     for t in threads:
         t.join(timeout=60)
     assert not errors, errors[:5]
+    assert stale[0] <= max(1, reads[0] // 100), (stale[0], reads[0])
     assert reads[0] > 50, reads[0]
     assert read_stats(vol.path)["cache"]["hits"] > 0
 
