@@ -178,6 +178,10 @@ def test_prefetch_fills_the_cache_and_drop_cache_empties_it(make_volume):
         want = sum(len(d) for d in files.values())
         wait_for(lambda: stats_json(v)["cache"]["prefetched_bytes"] >= before["prefetched_bytes"] + want,
                  "kvfsctl prefetch of a and d/", timeout=20.0)
+        # The cache counts a prefetch when it starts, the lane when its
+        # device reads complete.
+        wait_for(lambda: stats_json(v)["lanes"]["prefetch"]["bytes"] >= want,
+                 "the prefetch lane's reads of a and d/", timeout=20.0)
         s = stats_json(v)
         assert s["cache"]["bytes"] >= want
         assert s["lanes"]["prefetch"]["bytes"] >= want
