@@ -586,6 +586,17 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
     if (off >= fsize || size == 0) return done(Status::OK(), {});
     len = std::min<uint64_t>(size, fsize - off);
     whole = CachedWhole(i, off, len);
+    if (!whole) {
+      // A block of slack: the device read of the file's last block lands whole.
+      const uint64_t cap = AlignUp(len, kBlockSize) + kBlockSize;
+      out = std::make_shared<LargeBuffer>(LargeBuffer::Allocate(cap));
+      if (!*out) return done(Status::Error(ENOMEM, "read buffer"), {});
+      PlanRead(i, off, len, out->get(), cap, &plan);
+      if (plan.fail.ok() && plan.has_work()) {
+        std::lock_guard<std::mutex> t(table_mu_);
+        i->pending_changes++;  // pinned until the reads complete
+      }
+    }
   }
   if (whole) {
     // The common read of a prefetched key: answered from the cache entry
@@ -598,21 +609,6 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
     };
     if (!whole->WaitIfLoading(reply)) reply(whole->state() == CachedChunk::State::kReady);
     return;
-  }
-  {
-    std::lock_guard<std::mutex> l(i->mu);
-    const uint64_t fsize = i->rec.size;
-    if (off >= fsize) return done(Status::OK(), {});  // truncated meanwhile
-    len = std::min<uint64_t>(size, fsize - off);
-    // A block of slack: the device read of the file's last block lands whole.
-    const uint64_t cap = AlignUp(len, kBlockSize) + kBlockSize;
-    out = std::make_shared<LargeBuffer>(LargeBuffer::Allocate(cap));
-    if (!*out) return done(Status::Error(ENOMEM, "read buffer"), {});
-    PlanRead(i, off, len, out->get(), cap, &plan);
-    if (plan.fail.ok() && plan.has_work()) {
-      std::lock_guard<std::mutex> t(table_mu_);
-      i->pending_changes++;  // pinned until the reads complete
-    }
   }
   if (!plan.fail.ok() || !plan.has_work()) {
     if (!plan.loads.empty()) sched_->Submit(io::Lane::kRead, plan.loads);
