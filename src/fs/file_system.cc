@@ -108,16 +108,20 @@ Result<InodeRef> FileSystem::Impl::GetInode(uint64_t ino) {
   return it->second;  // another thread may have loaded it first: use theirs
 }
 
-Result<InodeRef> FileSystem::Impl::GetPinned(uint64_t ino) {
+template <typename T>
+Result<InodeRef> FileSystem::Impl::GetCounted(uint64_t ino, T InodeState::*count) {
   for (;;) {
     KVFS_ASSIGN_OR_RETURN(InodeRef i, GetInode(ino));
     std::lock_guard<std::mutex> l(table_mu_);
     auto it = inodes_.find(ino);
     if (it == inodes_.end() || it->second != i) continue;  // evicted meanwhile: reload
-    i->pending_changes++;
+    ((*i).*count)++;
     return i;
   }
 }
+
+template Result<InodeRef> FileSystem::Impl::GetCounted(uint64_t, int InodeState::*);
+template Result<InodeRef> FileSystem::Impl::GetCounted(uint64_t, uint64_t InodeState::*);
 
 void FileSystem::Impl::Unpin(const InodeRef& inode) {
   std::lock_guard<std::mutex> l(table_mu_);
@@ -328,10 +332,15 @@ void FileSystem::Impl::QueuePrefetch(InodeRef inode) {
     std::lock_guard<std::mutex> l(prefetch_mu_);
     if (prefetch_queue_.size() >= kMaxQueuedPrefetches) return;
     prefetch_queue_.push_back(std::move(inode));
-    if (prefetch_wake_sent_) return;  // the thread will take this one too
-    prefetch_wake_sent_ = true;
+    if (!NeedsWakeLocked()) return;
   }
   prefetch_cv_.notify_one();
+}
+
+bool FileSystem::Impl::NeedsWakeLocked() {
+  if (prefetch_wake_sent_) return false;  // the thread will take this work too
+  prefetch_wake_sent_ = true;
+  return true;
 }
 
 void FileSystem::Impl::NoteReadOpen(uint64_t ino) {
@@ -358,8 +367,7 @@ void FileSystem::Impl::NoteReadOpen(uint64_t ino) {
     if (prefetch_inos_.size() >= kMaxQueuedPrefetches) return;
     for (uint64_t i = std::max(s->next_ino, ino + 1); i < end; ++i) prefetch_inos_.push_back(i);
     s->next_ino = std::max(s->next_ino, end);
-    if (prefetch_wake_sent_) return;
-    prefetch_wake_sent_ = true;
+    if (!NeedsWakeLocked()) return;
   }
   prefetch_cv_.notify_one();
 }
@@ -389,7 +397,6 @@ void FileSystem::Impl::PrefetchLoop() {
       l.unlock();
       std::this_thread::sleep_for(kPrefetchGather);
       l.lock();
-      prefetch_wake_sent_ = false;
       if (prefetch_stop_) return;
       batch.swap(prefetch_queue_);
       inos.swap(prefetch_inos_);

@@ -193,7 +193,12 @@ class FileSystem::Impl {
   // GetInode() plus one pin (pending_changes) taken while the table still
   // holds that very state, so it cannot be evicted under the caller (and a
   // later GetInode() cannot load a stale copy). Unpin() gives it back.
-  Result<InodeRef> GetPinned(uint64_t ino);
+  Result<InodeRef> GetPinned(uint64_t ino) { return GetCounted(ino, &InodeState::pending_changes); }
+  // GetInode() plus one on `*count` (a pin or the kernel's lookup count),
+  // taken under table_mu_ on the state the table holds (reloaded if it was
+  // evicted meanwhile).
+  template <typename T>
+  Result<InodeRef> GetCounted(uint64_t ino, T InodeState::*count);
   void Unpin(const InodeRef& inode);
   // whole_file_ops.cc: resolves `path` under `dir` for `caller` (search
   // permission on every directory walked). With `want_parent`, stops before
@@ -252,6 +257,9 @@ class FileSystem::Impl {
   // most kMaxQueuedPrefetches inodes (speculative work: more are dropped).
   void QueuePrefetch(InodeRef inode);
   void PrefetchLoop();
+  // Whether a producer that just queued work must signal the thread (once
+  // until the thread next finds its queues empty). REQUIRES: prefetch_mu_.
+  bool NeedsWakeLocked();
   // Inode-order readahead. Connectors load a request's keys in the order
   // they stored them, one key at a time, and files stored one after another
   // get consecutive inode numbers. So when files are opened for reading in
@@ -332,7 +340,7 @@ class FileSystem::Impl {
   std::array<ReadaheadStream, kReadaheadStreams> readahead_{};  // GUARDED_BY(prefetch_mu_)
   uint64_t readahead_clock_ = 0;                                 // GUARDED_BY(prefetch_mu_)
   bool prefetch_stop_ = false;            // GUARDED_BY(prefetch_mu_)
-  bool prefetch_wake_sent_ = false;       // GUARDED_BY(prefetch_mu_): thread woken, not yet swapped
+  bool prefetch_wake_sent_ = false;       // GUARDED_BY(prefetch_mu_): signalled, queues not yet found empty
   std::thread prefetch_thread_;           // runs PrefetchLoop()
   bool shut_down_ = false;
 };

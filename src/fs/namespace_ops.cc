@@ -52,17 +52,9 @@ Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view nam
     } else {
       KVFS_ASSIGN_OR_RETURN(ino, ResolveEntry(parent, name));
     }
-    // The kernel's lookup count goes on the state in the table: one loaded
-    // here can be evicted before the count is taken (other walkers and the
-    // prefetch thread unpin and evict concurrently), then load it again.
-    for (;;) {
-      KVFS_ASSIGN_OR_RETURN(child, GetInode(ino));
-      std::lock_guard<std::mutex> t(table_mu_);
-      auto it = inodes_.find(ino);
-      if (it == inodes_.end() || it->second != child) continue;
-      child->lookups++;
-      break;
-    }
+    // The kernel's lookup count goes on the state the table holds (other
+    // walkers and the prefetch thread unpin and evict concurrently).
+    KVFS_ASSIGN_OR_RETURN(child, GetCounted(ino, &InodeState::lookups));
   }
   // Connectors check which keys exist before they load them: start reading.
   if (options_.prefetch == PrefetchMode::kLookup && child->is_reg()) QueuePrefetch(child);
