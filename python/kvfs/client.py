@@ -465,44 +465,37 @@ class Client:
     def _call_names(self, op, names):
         """_call for entries that are only an op and a name (bytes): the
         hot path of exists_batch, packed without per-entry tuples."""
-        n = len(names)
-        table_bytes = 64 * n
-        blob = b"".join(names)
-        t = self._table(table_bytes + len(blob))
         pack = abi.ENTRY_NAME_ONLY.pack
         packed = []
-        pos = table_bytes
+        pos = 64 * len(names)
         for name in names:
             name_len = len(name)
             packed.append(pack(op, name_len, pos))
             pos += name_len
-        mm = t._mmap
-        mm[0:table_bytes] = b"".join(packed)
-        mm[table_bytes:pos] = blob
-        return self._submit(t, n)
+        return self._submit(packed, b"".join(names))
 
     def _call(self, entries):
         """One KVFS_IOC_BATCH over <= BATCH_MAX_ENTRIES entries; returns
         [(status, result)] in input order, or raises OSError for the call."""
-        n = len(entries)
-        table_bytes = 64 * n
-        names = b"".join([e[1] for e in entries])
-        t = self._table(table_bytes + len(names))
         pack = abi.ENTRY.pack
         packed = []
-        pos = table_bytes
+        pos = 64 * len(entries)
         for op, name, buf_id, buf_off, length, file_off, flags in entries:
             name_len = len(name)
             packed.append(pack(op, name_len, pos, buf_id, buf_off, length, file_off, 0, flags, 0))
             pos += name_len
+        return self._submit(packed, b"".join([e[1] for e in entries]))
+
+    def _submit(self, packed, names):
+        """The KVFS_IOC_BATCH of `packed` (64-byte entries whose names lie
+        in `names`, right after the entries) through this thread's table;
+        returns [(status, result)] in input order."""
+        n = len(packed)
+        table_bytes = 64 * n
+        t = self._table(table_bytes + len(names))
         mm = t._mmap
         mm[0:table_bytes] = b"".join(packed)
-        mm[table_bytes:pos] = names
-        return self._submit(t, n)
-
-    def _submit(self, t, n):
-        """The KVFS_IOC_BATCH of the n entries packed at the start of table
-        `t`; returns [(status, result)] in input order."""
+        mm[table_bytes:table_bytes + len(names)] = names
         _ioctl(self.fd, abi.IOC_BATCH,
                abi.BATCH_ARGS.pack(abi.ABI_VERSION, n, t.id, 0, 0, 0, 0, 0))
-        return [(st, res) for st, _, res in abi.ENTRY_OUT.iter_unpack(t._mmap[0:64 * n])]
+        return [(st, res) for st, _, res in abi.ENTRY_OUT.iter_unpack(mm[0:table_bytes])]

@@ -37,9 +37,9 @@ def count_calls(c):
     calls = []
     real = c._submit
 
-    def counting(table, n):
-        calls.append(n)
-        return real(table, n)
+    def counting(packed, names):
+        calls.append(len(packed))
+        return real(packed, names)
 
     c._submit = counting
     return calls
