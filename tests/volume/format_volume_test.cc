@@ -27,6 +27,15 @@ std::string Head(const std::string& path, size_t n) {
   return s;
 }
 
+// A freshly formatted image `dir`/vol.img of kImageBytes; `opt` as used.
+std::string FormattedImage(const testing::TempDir& dir, FormatOptions* opt) {
+  std::string img = dir.Join("vol.img");
+  opt->size_bytes = kImageBytes;
+  auto r = FormatVolume({img}, *opt);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return img;
+}
+
 TEST(FormatVolume, CreatesImageSuperblockAndIndex) {
   testing::TempDir dir;
   std::string img = dir.Join("vol.img");
@@ -49,10 +58,9 @@ TEST(FormatVolume, CreatesImageSuperblockAndIndex) {
 
 TEST(FormatVolume, RefusesExistingVolumeWithoutForceAndWritesNothing) {
   testing::TempDir dir;
-  std::string img = dir.Join("vol.img");
   FormatOptions opt;
-  opt.size_bytes = kImageBytes;
-  ASSERT_TRUE(FormatVolume({img}, opt).ok());
+  std::string img = FormattedImage(dir, &opt);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   std::string before = Head(img, 4096);
   auto again = FormatVolume({img}, opt);
   ASSERT_FALSE(again.ok());
@@ -70,10 +78,9 @@ TEST(FormatVolume, RefusesExistingVolumeWithoutForceAndWritesNothing) {
 // --force does not override that, and nothing is written, index included.
 TEST(FormatVolume, RefusesAVolumeInUseEvenWithForceAndWritesNothing) {
   testing::TempDir dir;
-  std::string img = dir.Join("vol.img");
   FormatOptions opt;
-  opt.size_bytes = kImageBytes;
-  ASSERT_TRUE(FormatVolume({img}, opt).ok());
+  std::string img = FormattedImage(dir, &opt);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   std::string before = Head(img, 4096);
   std::string current = Head(img + ".index/CURRENT", 100);
   ASSERT_FALSE(current.empty());
