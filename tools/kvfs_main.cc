@@ -66,7 +66,10 @@ constexpr const char* kUsage =
     "  entry_timeout=S       kernel caching of names, seconds (10)\n"
     "  attr_timeout=S        kernel caching of attributes, seconds (10)\n"
     "  negative_timeout=S    kernel caching of missing names, seconds (10; 0: off)\n"
-    "  max_threads=N         FUSE worker threads (64)\n"
+    "  max_threads=N         threads for FUSE requests that may wait, such as\n"
+    "                        writes (64)\n"
+    "  spin_us=N             the thread receiving FUSE requests polls for the next\n"
+    "                        one this long before it sleeps, microseconds (200)\n"
     "  lane_read=N, lane_write=N, lane_prefetch=N, lane_meta=N, lane_delete=N\n"
     "                        device commands in flight per lane (0: derived from\n"
     "                        rings; see README \"Lanes\")\n"
@@ -95,6 +98,7 @@ struct Config {
   double attr_timeout = 10.0;
   double negative_timeout = 10.0;
   unsigned max_threads = 64;
+  unsigned spin_us = 200;
   // In-flight commands per lane (0: default), io::Lane order.
   unsigned lane_meta = 0, lane_read = 0, lane_prefetch = 0, lane_write = 0, lane_delete = 0;
   char* log_level = nullptr;
@@ -131,6 +135,7 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("attr_timeout=%lf", attr_timeout),
     KVFS_OPT("negative_timeout=%lf", negative_timeout),
     KVFS_OPT("max_threads=%u", max_threads),
+    KVFS_OPT("spin_us=%u", spin_us),
     KVFS_OPT("lane_meta=%u", lane_meta),
     KVFS_OPT("lane_read=%u", lane_read),
     KVFS_OPT("lane_prefetch=%u", lane_prefetch),
@@ -442,6 +447,7 @@ int main(int argc, char** argv) {
   mopt.timeouts.attr_s = cfg.attr_timeout;
   mopt.timeouts.negative_s = cfg.negative_timeout;
   mopt.max_threads = cfg.max_threads;
+  mopt.spin_us = cfg.spin_us;
   auto mount = kvfs::fuse::Mount::Create(mopt, &args);
   if (!mount.ok()) Fail(mount.status().ToString());
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "fuse/ops.h"
+#include "fuse/request_loop.h"
 
 namespace kvfs::fuse {
 
@@ -111,6 +112,9 @@ void Init(void* /*userdata*/, fuse_conn_info* conn) {
   // Let the kernel clear setuid/setgid bits itself (with a setattr), so
   // fs/ need not on every write.
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+  // Request buffers move between threads (fuse/request_loop.h); a spliced
+  // request would stay in the receiving thread's pipe.
+  conn->want &= ~FUSE_CAP_SPLICE_READ;
   // Locks stay local to the kernel; there is one kernel per volume.
   conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
   spdlog::info("FUSE protocol {}.{}; max_write {} KiB, max_read {} KiB, max_background {}",
@@ -183,10 +187,8 @@ Result<std::unique_ptr<Mount>> Mount::Create(const MountOptions& options, fuse_a
   m->se_ = fuse_session_new(args, &op, sizeof(op), m->state_.get());
   if (m->se_ == nullptr) return Status::Error(EINVAL, log.Take("bad FUSE options"));
   m->state_->session = m->se_;
-  if (fuse_set_signal_handlers(m->se_) != 0) {
-    return Status::Error(EIO, log.Take("cannot install signal handlers"));
-  }
-  m->signals_set_ = true;
+  // A client that goes away must not kill the daemon with SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
   return m;
 }
 
@@ -203,23 +205,12 @@ Status Mount::MountAt(fs::FileSystem& fs, const std::string& mountpoint) {
 Mount::~Mount() {
   if (se_ == nullptr) return;
   if (mounted_) fuse_session_unmount(se_);
-  if (signals_set_) fuse_remove_signal_handlers(se_);
   fuse_session_destroy(se_);
 }
 
 Status Mount::Run() {
-  fuse_loop_config* cfg = fuse_loop_cfg_create();
-  if (cfg == nullptr) return Status::Error(ENOMEM, "fuse_loop_cfg_create");
-  fuse_loop_cfg_set_max_threads(cfg, options_.max_threads);
-  fuse_loop_cfg_set_clone_fd(cfg, 0);
-
-  // Termination signals are delivered to this thread only (see daemon.h);
-  // libfuse's worker threads block all signals themselves.
-  sigset_t set = TerminationSignals();
-  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-  int rc = fuse_session_loop_mt(se_, cfg);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  fuse_loop_cfg_destroy(cfg);
+  RequestLoop loop(se_, options_.max_threads, std::chrono::microseconds(options_.spin_us));
+  int rc = loop.Run(TerminationSignals());
 
   // Reads and fsyncs in flight reply from fs/ callbacks; the session must
   // live until they have.
@@ -229,7 +220,7 @@ Status Mount::Run() {
     spdlog::info("signal {} ({}): unmounting", rc, strsignal(rc));
     return Status::OK();
   }
-  if (rc < 0) return Status::Error(-rc, "FUSE session loop");
+  if (rc < 0) return Status::Error(-rc, "FUSE request loop");
   return Status::OK();
 }
 

@@ -12,10 +12,10 @@
 // Create() comes first so that bad options fail before the volume is
 // opened (and before the daemon forks, see fuse/detach.h).
 //
-// Signals: SIGTERM, SIGINT and SIGHUP end Run(). They must reach the thread
-// that calls Run() (libfuse's loop waits there), so main() blocks them
-// before any thread exists -- threads inherit the mask, the I/O engine's and
-// RocksDB's included -- and Run() unblocks them in its own thread only.
+// Signals: SIGTERM, SIGINT and SIGHUP end Run(), which takes them from a
+// signalfd. So main() blocks them before any thread exists -- threads
+// inherit the mask, the I/O engine's and RocksDB's included -- and no
+// handler runs in the middle of a request.
 //
 // libfuse's messages: while Create() and MountAt() run, they become the
 // context of the Status returned; otherwise they go to spdlog, except
@@ -37,9 +37,12 @@ namespace kvfs::fuse {
 
 struct MountOptions {
   CacheTimeouts timeouts;
-  // libfuse worker threads. Reads and fsyncs do not hold one while the
-  // device works, but writes may wait for staging memory.
+  // Threads for the requests that may wait (writes wait for staging
+  // memory); the others run on the receiving thread (fuse/request_loop.h).
   unsigned max_threads = 64;
+  // How long the receiving thread keeps polling for the next request
+  // before it sleeps, microseconds (0: it sleeps at once).
+  unsigned spin_us = 200;
 };
 
 // The largest read and write request the kernel sends (FUSE's own limit is
@@ -66,7 +69,7 @@ class Mount {
   // Mount. Call once. Fails with libfuse's reason.
   Status MountAt(fs::FileSystem& fs, const std::string& mountpoint);
 
-  // Serves requests on up to options.max_threads threads until the file
+  // Serves requests (fuse/request_loop.h) until the file
   // system is unmounted (fusermount3 -u, umount) or a termination signal
   // arrives; returns after every request has been replied to. OK in both
   // cases; the loop's error otherwise. REQUIRES: MountAt() succeeded.
@@ -77,7 +80,6 @@ class Mount {
   std::unique_ptr<SessionState> state_;
   MountOptions options_;
   fuse_session* se_ = nullptr;
-  bool signals_set_ = false;
   bool mounted_ = false;
 };
 

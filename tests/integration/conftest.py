@@ -10,6 +10,7 @@ and /dev/fuse; without them the tests are skipped, but where both exist a
 skip is a failure.
 """
 import os
+import signal
 import shutil
 import subprocess
 import tempfile
@@ -151,6 +152,8 @@ class Mount:
             assert r.returncode == 0, f"fusermount3 -u: {r.stderr}"
         elif how == "sigterm":
             self.proc.terminate()
+        elif how == "sigint":
+            self.proc.send_signal(signal.SIGINT)
         try:
             rc = self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:

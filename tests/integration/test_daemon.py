@@ -195,3 +195,52 @@ def test_connection_parameters(vol):
         line = next(l for l in f if f" {vol.path} " in l)
     assert "default_permissions" in line and "allow_other" in line
     assert "max_read=1048576" in line
+
+
+def test_one_worker_without_spinning_serves_blocked_writers_and_lookups(make_volume):
+    """The request loop at its extremes: one worker thread for the requests
+    that may wait, and a receiver that sleeps as soon as the device is empty.
+    Writers that fill the 8 MiB of staging wait on that one worker while the
+    receiver keeps answering lookups; nothing deadlocks, every byte is right,
+    and SIGINT still ends the daemon cleanly."""
+    import threading
+    from kvio import payload
+
+    v = make_volume("v", size=512 * MiB, options="spin_us=0,max_threads=1,dirty_mb=8")
+    v.mount.start()
+    errors = []
+    stats_done = [0]
+
+    def writer(t):
+        try:
+            for k in range(3):
+                data = payload((t, k), 6 * MiB + 4096 * t + 17)
+                with open(v.p(f"w{t}.{k}"), "wb") as f:
+                    f.write(data)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    def looker(stop):
+        while not stop.is_set():
+            for n in range(50):
+                assert not os.path.exists(v.p(f"missing{stats_done[0]}.{n}"))
+            stats_done[0] += 1
+
+    stop = threading.Event()
+    lk = threading.Thread(target=looker, args=(stop,))
+    lk.start()
+    ws = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    for w in ws:
+        w.start()
+    for w in ws:
+        w.join(timeout=120)
+    stop.set()
+    lk.join(timeout=60)
+    assert not any(w.is_alive() for w in ws) and not lk.is_alive(), "requests hung"
+    assert not errors, errors
+    assert stats_done[0] > 0
+    for t in range(4):
+        for k in range(3):
+            with open(v.p(f"w{t}.{k}"), "rb") as f:
+                assert f.read() == payload((t, k), 6 * MiB + 4096 * t + 17)
+    assert v.mount.stop(how="sigint") == 0
