@@ -69,7 +69,7 @@ constexpr const char* kUsage =
     "  max_threads=N         threads for FUSE requests that may wait, such as\n"
     "                        writes (64)\n"
     "  spin_us=N             the thread receiving FUSE requests polls for the next\n"
-    "                        one this long before it sleeps, microseconds (200)\n"
+    "                        one this long before it sleeps, microseconds (50)\n"
     "  lane_read=N, lane_write=N, lane_prefetch=N, lane_meta=N, lane_delete=N\n"
     "                        device commands in flight per lane (0: derived from\n"
     "                        rings; see README \"Lanes\")\n"
@@ -98,7 +98,7 @@ struct Config {
   double attr_timeout = 10.0;
   double negative_timeout = 10.0;
   unsigned max_threads = 64;
-  unsigned spin_us = 200;
+  unsigned spin_us = 50;
   // In-flight commands per lane (0: default), io::Lane order.
   unsigned lane_meta = 0, lane_read = 0, lane_prefetch = 0, lane_write = 0, lane_delete = 0;
   char* log_level = nullptr;

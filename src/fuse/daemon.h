@@ -42,7 +42,7 @@ struct MountOptions {
   unsigned max_threads = 64;
   // How long the receiving thread keeps polling for the next request
   // before it sleeps, microseconds (0: it sleeps at once).
-  unsigned spin_us = 200;
+  unsigned spin_us = 50;
 };
 
 // The largest read and write request the kernel sends (FUSE's own limit is
