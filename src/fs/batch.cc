@@ -73,7 +73,7 @@ void BatchRunner::Worker() {
   // Runner threads touch the callers' memory; a fault there (SIGBUS from a
   // shrunk shared file) must reach the handler fuse/ installs, and a
   // synchronous signal that is blocked kills the process instead. The
-  // thread that made the runner may block everything (libfuse workers do).
+  // thread that made the runner may have blocked them.
   sigset_t bus;
   sigemptyset(&bus);
   sigaddset(&bus, SIGBUS);

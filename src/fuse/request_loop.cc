@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 
 #include <spdlog/spdlog.h>
 
@@ -25,6 +26,19 @@ namespace {
 // and the kernel sends the 1 MiB pieces of a large read at once: workers
 // copy them in parallel.
 constexpr uint32_t kMaxReceiverRead = 256 << 10;
+
+// A dispatched request up to this size is copied out of the receive buffer.
+constexpr size_t kSmallRequest = 64 << 10;
+// Large requests (writes) queued for workers, at most; beyond, the receiver
+// runs them.
+constexpr size_t kMaxQueuedLarge = 16;
+// Receive buffers kept for reuse.
+constexpr size_t kSpareBuffers = 4;
+
+bool IsInit(const fuse_buf& buf) {
+  return buf.size >= sizeof(fuse_in_header) &&
+         static_cast<const fuse_in_header*>(buf.mem)->opcode == FUSE_INIT;
+}
 
 // Requests the receiver runs itself: their handlers never wait for the
 // device or for memory (fs/ replies to reads and fsyncs from completions;
@@ -84,6 +98,7 @@ RequestLoop::RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::mi
 
 RequestLoop::~RequestLoop() {
   for (fuse_buf& b : spare_) std::free(b.mem);
+  for (Queued& q : queue_) std::free(q.buf.mem);
   if (stop_fd_ >= 0) close(stop_fd_);
 }
 
@@ -96,7 +111,13 @@ int RequestLoop::Run(const sigset_t& signals) {
   int sig_fd = signalfd(-1, &signals, SFD_CLOEXEC);
   if (sig_fd < 0) return -errno;
 
-  std::thread receiver([this] { Receive(); });
+  std::thread receiver;
+  try {
+    receiver = std::thread([this] { Receive(); });
+  } catch (const std::system_error& e) {
+    close(sig_fd);
+    return -EAGAIN;
+  }
   int result = 0;
   pollfd fds[2] = {{sig_fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
   for (;;) {
@@ -159,7 +180,15 @@ void RequestLoop::Receive() {
       break;
     }
     if (RunsInReceiver(buf)) {
+      const bool init = IsInit(buf);
       fuse_session_process_buf(se_, &buf);
+      if (init && fuse_session_exited(se_)) {
+        // libfuse ends the session when it refuses the kernel's INIT (too
+        // old a protocol); the mount then failed.
+        error_ = -EPROTO;
+        spdlog::error("the kernel's FUSE INIT was refused");
+        break;
+      }
     } else {
       Dispatch(buf);
     }
@@ -171,17 +200,65 @@ void RequestLoop::Receive() {
 }
 
 void RequestLoop::Dispatch(fuse_buf& buf) {
-  std::lock_guard<std::mutex> l(mu_);
-  queue_.push_back(buf);
-  buf = fuse_buf{};
-  if (!spare_.empty()) {
-    buf = spare_.back();
-    spare_.pop_back();
+  std::unique_lock<std::mutex> l(mu_);
+  Queued q;
+  if (buf.size <= kSmallRequest) {
+    // Most requests are a few hundred bytes: a copy frees the receive
+    // buffer (max_write + headers) for the next request.
+    q.buf.mem = std::malloc(buf.size);
+    if (q.buf.mem == nullptr) {
+      l.unlock();
+      fuse_session_process_buf(se_, &buf);  // no memory to queue it: run it here
+      return;
+    }
+    std::memcpy(q.buf.mem, buf.mem, buf.size);
+    q.buf.size = buf.size;
+  } else if (queued_large_ >= kMaxQueuedLarge) {
+    // Enough large writes wait for workers already; this one waits on the
+    // receiver, which bounds the daemon's memory (a write never needs
+    // another request of this mount to finish).
+    l.unlock();
+    fuse_session_process_buf(se_, &buf);
+    return;
+  } else {
+    q.buf = buf;
+    q.large = true;
+    ++queued_large_;
+    buf = fuse_buf{};
+    if (!spare_.empty()) {
+      buf = spare_.back();
+      spare_.pop_back();
+    }
   }
-  if (idle_workers_ > 0) {
-    work_cv_.notify_one();
-  } else if (workers_.size() < max_workers_) {
-    workers_.emplace_back([this] { Work(); });
+  queue_.push_back(q);
+  if (queue_.size() > idle_workers_ && workers_.size() < max_workers_) {
+    try {
+      workers_.emplace_back([this] { Work(); });
+    } catch (const std::system_error& e) {
+      // No thread now (pids limit): the queue waits for the workers there
+      // are, or, with none, runs here.
+      spdlog::warn("starting a FUSE worker thread: {}", e.what());
+      if (workers_.empty()) {
+        queue_.pop_back();
+        if (q.large) --queued_large_;
+        l.unlock();
+        fuse_session_process_buf(se_, &q.buf);
+        Recycle(q);
+        return;
+      }
+    }
+  }
+  if (idle_workers_ > 0) work_cv_.notify_one();
+}
+
+void RequestLoop::Recycle(Queued& q) {
+  std::lock_guard<std::mutex> l(mu_);
+  // A few receive buffers are kept for the receiver; copies and a burst's
+  // other buffers go back to the allocator.
+  if (q.large && spare_.size() < kSpareBuffers) {
+    spare_.push_back(q.buf);
+  } else {
+    std::free(q.buf.mem);
   }
 }
 
@@ -197,18 +274,13 @@ void RequestLoop::Work() {
     }
     // Requests read before the loop ended are still run (a signal ends the
     // loop while the file system is mounted and its callers wait).
-    fuse_buf buf = queue_.front();
+    Queued q = queue_.front();
     queue_.pop_front();
+    if (q.large) --queued_large_;
     l.unlock();
-    fuse_session_process_buf(se_, &buf);
+    fuse_session_process_buf(se_, &q.buf);
+    Recycle(q);
     l.lock();
-    // A few buffers (one request each, max_write + headers) are kept for
-    // the receiver; a burst's others go back to the allocator.
-    if (spare_.size() < 4) {
-      spare_.push_back(buf);
-    } else {
-      std::free(buf.mem);
-    }
   }
 }
 

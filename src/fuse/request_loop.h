@@ -12,7 +12,10 @@
 // rename, unlink, release, ioctl: fs/ queues their device work and replies
 // from the completion) itself, and hands the rest (write, which may wait
 // for staging memory; setattr; fsyncdir; readdir; setxattr; fallocate) to a
-// pool of up to `max_workers` threads, started as they are needed.
+// pool of up to `max_workers` threads, started as they are needed. The
+// queue holds copies of small requests and at most 16 large ones (writes);
+// beyond that the receiver runs a write itself, so queued requests add at
+// most ~16 MiB to the daemon's memory.
 //
 // The receiver yields its CPU on every poll, so a runnable thread (an I/O
 // completion, a worker) is not held up by its spinning. With spin zero it
@@ -41,17 +44,25 @@ class RequestLoop {
   RequestLoop& operator=(const RequestLoop&) = delete;
 
   // Serves requests until the session ends (unmount: returns 0) or one of
-  // `signals` arrives (returns its number); every request read has been
-  // run when it returns. The signals must be blocked in every thread (they
-  // are taken with a signalfd). -errno if the loop could not start or the
-  // device failed.
+  // `signals` arrives (returns its number); every request handed to a
+  // worker has been run when it returns. The signals must be blocked in
+  // every thread (they are taken with a signalfd). -errno if the loop
+  // could not start, the device failed or the kernel's INIT was refused
+  // (-EPROTO).
   int Run(const sigset_t& signals);
 
  private:
   void Receive();
   void Work();
-  // Queues a request for a worker, starting one if none is idle.
+  struct Queued {
+    fuse_buf buf{};
+    bool large = false;  // a receive buffer (else a copy of a small request)
+  };
+  // Queues a request for a worker, starting one if none is idle. Small
+  // requests are copied; a large one's buffer moves to the queue and `buf`
+  // gets another (or none: libfuse allocates one).
   void Dispatch(fuse_buf& buf);
+  void Recycle(Queued& q);
   void Stop();
 
   fuse_session* const se_;
@@ -64,9 +75,10 @@ class RequestLoop {
   std::mutex mu_;
   std::condition_variable work_cv_;
   // GUARDED_BY(mu_):
-  std::deque<fuse_buf> queue_;  // requests for the workers
-  std::vector<fuse_buf> spare_;  // request buffers to reuse
-  unsigned idle_workers_ = 0;
+  std::deque<Queued> queue_;  // requests for the workers
+  size_t queued_large_ = 0;
+  std::vector<fuse_buf> spare_;  // receive buffers to reuse
+  size_t idle_workers_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };
