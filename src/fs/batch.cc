@@ -217,13 +217,18 @@ void BatchRunner::Complete(Batch* b, size_t i) {
   it.prepare = nullptr;
   it.finish = nullptr;
   bool last = false;
+  bool room = false;
   {
     std::lock_guard<std::mutex> l(mu_);
+    room = items_in_flight_ >= limits_.max_items_in_flight || it.budget_bytes > 0;
     --items_in_flight_;
     bytes_in_flight_ -= it.budget_bytes;
     last = --b->unfinished == 0;
   }
-  wake_.notify_all();
+  // Waiting runner threads wait for room to start entries (or for finished
+  // ones, or a new batch, which notify themselves): a wake-up per index-only
+  // entry would cost more than the entry.
+  if (room) wake_.notify_all();
   if (!last) return;
   try {
     b->done(b->items);

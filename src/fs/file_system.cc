@@ -155,6 +155,7 @@ void FileSystem::Impl::SetPendingEntry(uint64_t parent, std::string_view name, u
   PendingEntry& e = pending_entries_[{parent, std::string(name)}];
   e.child = child;
   e.pending++;
+  entry_cache_.Put(parent, name, child);
 }
 
 std::shared_ptr<Change> FileSystem::Impl::QueueDataChange(const InodeRef& inode, bool sync) {
@@ -262,6 +263,9 @@ void FileSystem::Impl::ChangeCommitted(Change& c, Status st) {
     for (const EntryOp& op : c.entry_ops) {
       auto it = pending_entries_.find(std::make_pair(op.parent, op.name));
       if (it != pending_entries_.end() && --it->second.pending == 0) pending_entries_.erase(it);
+      // A change the index did not take: names resolve as the index has
+      // them, as they would after a remount.
+      if (!st.ok()) entry_cache_.Erase(op.parent, op.name);
     }
   }
   std::lock_guard<std::mutex> l(table_mu_);

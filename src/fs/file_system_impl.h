@@ -27,6 +27,7 @@
 #include "common/large_buffer.h"
 #include "common/rw_lock.h"
 #include "fs/committer.h"
+#include "fs/entry_cache.h"
 #include "fs/file_system.h"
 #include "fs/inode_state.h"
 #include "fs/read_verify.h"
@@ -268,6 +269,9 @@ class FileSystem::Impl {
   // device works kReadaheadFiles keys ahead of a serial load loop. Up to
   // kReadaheadStreams such loops (batches in flight) are followed at once.
   void NoteReadOpen(uint64_t ino);
+  // ~200,000 entries of 120-byte names: a connector's working set of keys
+  // and the directories they sit in.
+  static constexpr size_t kEntryCacheBytes = 48ull << 20;
   static constexpr uint64_t kReadaheadFiles = 8;
   static constexpr uint64_t kReadaheadMaxGap = 4;
   static constexpr size_t kReadaheadStreams = 16;
@@ -306,6 +310,9 @@ class FileSystem::Impl {
     }
   };
   std::map<std::pair<uint64_t, std::string>, PendingEntry, EntryKeyLess> pending_entries_;  // GUARDED_BY(ns_mu_)
+  // What names resolve to, committed or not (ResolveEntry); changes are put
+  // with SetPendingEntry under ns_mu_ held exclusively.
+  EntryCache entry_cache_{kEntryCacheBytes};
 
   std::mutex table_mu_;
   std::unordered_map<uint64_t, InodeRef> inodes_;  // GUARDED_BY(table_mu_)

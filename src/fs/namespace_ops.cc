@@ -25,7 +25,19 @@ Result<uint64_t> FileSystem::Impl::ResolveEntry(uint64_t parent, std::string_vie
     if (it->second.child == 0) return Status::Error(ENOENT, std::string(name));
     return it->second.child;
   }
-  return volume_.index().LookupEntry(parent, name);
+  if (std::optional<uint64_t> hit = entry_cache_.Get(parent, name)) {
+    if (*hit == 0) return Status::Error(ENOENT, std::string(name));
+    return *hit;
+  }
+  // ns_mu_ is held (shared at least): no change comes between this read
+  // and the Put.
+  Result<uint64_t> r = volume_.index().LookupEntry(parent, name);
+  if (r.ok()) {
+    entry_cache_.Put(parent, name, *r);
+  } else if (r.status().code() == ENOENT) {
+    entry_cache_.Put(parent, name, 0);
+  }
+  return r;
 }
 
 Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {

@@ -132,6 +132,52 @@ TEST_F(WholeFileTest, ExistsAnswersForNamesOfAnyTypeWithStatsErrors) {
   EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "d/h", kRoot)), 0);
 }
 
+// Names resolve through a cache of entries in front of the index: every
+// answer cached before a change (missing, present, pointing at another
+// inode) must give way to the change, before and after it commits, and the
+// committed state must be what a fresh mount reads from the index.
+TEST_F(WholeFileTest, NamesAnswerTheirLatestStateWhateverWasCachedBefore) {
+  auto exists = [&](const char* path) { return Code(fs_->ExistsPath(kRootIno, path, kRoot)); };
+  auto ino_of = [&](const char* name) -> uint64_t {
+    auto a = fs_->Lookup(kRootIno, name);
+    return a.ok() ? a->ino : 0;
+  };
+  for (int commit = 0; commit < 2; ++commit) {
+    SCOPED_TRACE(commit ? "committed between changes" : "changes still pending");
+    auto settle = [&] {
+      if (commit) {
+        ASSERT_TRUE(fs_->Sync().ok());
+      }
+    };
+    const std::string a = "a" + std::to_string(commit), b = "b" + std::to_string(commit);
+    EXPECT_EQ(exists(a.c_str()), ENOENT);  // cached as missing
+    uint64_t ia = Store(kRootIno, a, "first");
+    settle();
+    EXPECT_EQ(exists(a.c_str()), 0);
+    EXPECT_EQ(ino_of(a.c_str()), ia);
+    EXPECT_EQ(exists(b.c_str()), ENOENT);
+    uint64_t ib = Store(kRootIno, b, "second");
+    ASSERT_TRUE(fs_->Rename(kRootIno, b, kRootIno, a, 0).ok());  // b over a
+    settle();
+    EXPECT_EQ(exists(b.c_str()), ENOENT);
+    EXPECT_EQ(ino_of(a.c_str()), ib);
+    ASSERT_TRUE(fs_->Unlink(kRootIno, a).ok());
+    settle();
+    EXPECT_EQ(exists(a.c_str()), ENOENT);
+    EXPECT_EQ(fs_->Lookup(kRootIno, a).status().code(), ENOENT);
+    uint64_t again = Store(kRootIno, a, "third");
+    EXPECT_EQ(ino_of(a.c_str()), again);
+  }
+  Remount();  // nothing cached: the index answers
+  EXPECT_EQ(exists("a0"), 0);
+  EXPECT_EQ(exists("b0"), ENOENT);
+  EXPECT_EQ(exists("a1"), 0);
+  EXPECT_EQ(exists("b1"), ENOENT);
+  auto r = Load(kRootIno, "a1");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, "third");
+}
+
 // ------------------------------------------------------------ permissions
 
 TEST_F(WholeFileTest, AccessFollowsOwnerGroupOtherAndRootBypass) {

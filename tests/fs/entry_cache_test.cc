@@ -1,0 +1,68 @@
+#include "fs/entry_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kvfs::fs {
+namespace {
+
+TEST(EntryCacheTest, RemembersPositiveAndNegativeEntriesUntilChanged) {
+  EntryCache c(1 << 20);
+  EXPECT_FALSE(c.Get(1, "a").has_value());
+  c.Put(1, "a", 42);
+  c.Put(1, "missing", 0);
+  ASSERT_TRUE(c.Get(1, "a").has_value());
+  EXPECT_EQ(*c.Get(1, "a"), 42u);
+  EXPECT_EQ(*c.Get(1, "missing"), 0u);
+  EXPECT_FALSE(c.Get(2, "a").has_value()) << "the parent is part of the key";
+  c.Put(1, "a", 0);  // unlinked
+  EXPECT_EQ(*c.Get(1, "a"), 0u);
+  c.Put(1, "missing", 7);  // created
+  EXPECT_EQ(*c.Get(1, "missing"), 7u);
+  c.Erase(1, "missing");
+  EXPECT_FALSE(c.Get(1, "missing").has_value());
+  EXPECT_EQ(c.entries(), 1u);
+}
+
+TEST(EntryCacheTest, StaysWithinItsBytesDroppingTheLeastRecentlyUsed) {
+  const size_t max = 64 << 10;
+  EntryCache c(max);
+  const std::string pad(100, 'x');
+  for (uint64_t i = 0; i < 5000; ++i) {
+    c.Put(1, pad + std::to_string(i), i + 1);
+    c.Get(1, pad + "0");  // kept in use: never the least recently used
+  }
+  EXPECT_LE(c.bytes(), max);
+  EXPECT_GT(c.entries(), 100u);
+  EXPECT_LT(c.entries(), 5000u);
+  ASSERT_TRUE(c.Get(1, pad + "0").has_value());
+  EXPECT_EQ(*c.Get(1, pad + "0"), 1u);
+  EXPECT_FALSE(c.Get(1, pad + "1").has_value());
+  EXPECT_EQ(*c.Get(1, pad + "4999"), 5000u);
+}
+
+TEST(EntryCacheTest, ConcurrentUseKeepsEveryAnswerOneThatWasPut) {
+  EntryCache c(256 << 10);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&c, t] {
+      for (uint64_t i = 0; i < 20000; ++i) {
+        std::string name = "n" + std::to_string(i % 3000);
+        c.Put(t, name, i % 3000 + 1);
+        auto got = c.Get(t, name);
+        if (got.has_value()) {
+          EXPECT_EQ(*got, i % 3000 + 1);
+        }
+        if (i % 7 == 0) c.Erase(t, name);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_LE(c.bytes(), 256u << 10);
+}
+
+}  // namespace
+}  // namespace kvfs::fs
