@@ -506,6 +506,8 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.staging_bytes = pool_.region_bytes();
   s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
   s.queued_commits = committer_->queued();
+  s.name_cache_entries = entry_cache_.entries();
+  s.name_cache_bytes = entry_cache_.bytes();
   s.zero_copy_bytes = metrics_.zero_copy_bytes();
   auto lanes = sched_->Snapshot();
   for (size_t k = 0; k < lanes.size(); ++k) {

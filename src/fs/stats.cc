@@ -92,6 +92,7 @@ std::string StatsToJson(const StatsSnapshot& s) {
                 {"prefetch_wasted_bytes", s.cache.prefetch_wasted_bytes}};
   j["staging"] = {{"staged_bytes", s.staged_bytes}, {"bound_bytes", s.staging_bytes}};
   j["commits"] = {{"queued", s.queued_commits}};
+  j["name_cache"] = {{"entries", s.name_cache_entries}, {"bytes", s.name_cache_bytes}};
   j["space"] = {{"total_bytes", s.total_bytes},
                 {"free_bytes", s.free_bytes},
                 {"largest_free_bytes", s.largest_free},
@@ -150,6 +151,10 @@ std::string StatsToPrometheus(const StatsSnapshot& s) {
         s.cache.prefetch_wasted_bytes);
   gauge("kvfs_staged_bytes", "gauge", "Dirty bytes in staging buffers.", s.staged_bytes);
   gauge("kvfs_commits_queued", "gauge", "Index changes waiting to commit.", s.queued_commits);
+  gauge("kvfs_name_cache_entries", "gauge", "Names whose lookup answer is cached.",
+        s.name_cache_entries);
+  gauge("kvfs_name_cache_bytes", "gauge", "Memory charged to the name cache.",
+        s.name_cache_bytes);
   gauge("kvfs_space_total_bytes", "gauge", "Data space of the volume.", s.total_bytes);
   gauge("kvfs_space_free_bytes", "gauge", "Free data space.", s.free_bytes);
   gauge("kvfs_space_largest_free_bytes", "gauge", "Largest free extent.", s.largest_free);

@@ -78,6 +78,8 @@ struct StatsSnapshot {
   uint64_t staged_bytes = 0;     // dirty data held in staging buffers
   uint64_t staging_bytes = 0;    // the staging bound (dirty_mb)
   uint64_t queued_commits = 0;
+  // EntryCache: names with a cached answer (found or missing), their bytes.
+  uint64_t name_cache_entries = 0, name_cache_bytes = 0;
   uint64_t zero_copy_bytes = 0;  // FsMetrics::zero_copy_bytes()
   uint64_t total_bytes = 0, free_bytes = 0, largest_free = 0, free_extents = 0;
   // Live batch-ioctl buffer registrations (filled in by fuse/, which owns them).

@@ -79,6 +79,8 @@ def test_stats_is_json_with_ops_lanes_cache_and_space(vol):
         assert key in s, key
     assert s["space"]["total_bytes"] > 0
     assert s["ops"]["read"]["bytes"] >= MiB
+    # "f" created and looked up: its name's answer is cached.
+    assert s["name_cache"]["entries"] >= 1 and s["name_cache"]["bytes"] > 0
 
 
 def test_metrics_is_prometheus_text(vol):
