@@ -59,9 +59,10 @@ def test_read_overtakes_two_gib_of_queued_write_behind(make_volume):
             os.close(fd)
     assert got == key
     # The test means something only if the burst was still queued when the
-    # read started (a device that absorbs 2 GiB at once makes this vacuous).
-    # Here 1.5 GiB of the 2 GiB usually is; under ASan, ~0.8 GiB.
-    assert backlog >= 512 * MiB, backlog
+    # read started (a device that absorbs 2 GiB at once makes this vacuous):
+    # at least four times the read. Here 1.5 GiB of the 2 GiB usually is;
+    # under ASan, whose daemon takes the writes in more slowly, 0.3-0.8 GiB.
+    assert backlog >= 4 * len(key), backlog
     assert read_s < drain_s / 2, (read_s, drain_s, backlog)
 
 
