@@ -304,6 +304,37 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
   return Status::OK();
 }
 
+bool FileSystem::Impl::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
+  Handle h;
+  {
+    std::lock_guard<std::mutex> l(handles_mu_);
+    auto it = handles_.find(fh);
+    if (it == handles_.end()) return false;  // the write fails at once
+    h = it->second;
+  }
+  if (!h.writable() || len == 0) return false;
+  std::lock_guard<std::mutex> l(h.inode->mu);
+  if (h.flags & O_APPEND) off = h.inode->rec.size;
+  const uint64_t end = off + len;
+  size_t unstaged = 0;
+  for (uint64_t ci = off / kChunkBytes; ci * kChunkBytes < end; ++ci) {
+    auto it = h.inode->chunks.find(ci);
+    if (it != h.inode->chunks.end() && it->second.staged) continue;
+    ++unstaged;
+    if (it == h.inode->chunks.end()) continue;
+    const ChunkState& cs = it->second;
+    if (cs.inflight || cs.extents.empty()) continue;
+    // StageChunk reads the chunk first unless the write covers all of it.
+    const uint64_t cstart = ci * kChunkBytes;
+    const uint64_t lo = off > cstart ? off - cstart : 0;
+    const uint64_t hi = std::min(end - cstart, kChunkBytes);
+    const uint64_t size = h.inode->rec.size;
+    const uint64_t chunk_valid = size > cstart ? std::min(kChunkBytes, size - cstart) : 0;
+    if (!(lo == 0 && hi >= chunk_valid)) return true;
+  }
+  return unstaged > pool_.free_slots();
+}
+
 Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
   const auto start = std::chrono::steady_clock::now();
   auto r = WriteInner(fh, off, data);

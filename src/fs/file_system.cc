@@ -598,6 +598,9 @@ void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
 Result<size_t> FileSystem::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
   return impl_->Write(fh, off, data);
 }
+bool FileSystem::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
+  return impl_->WriteMayWait(fh, off, len);
+}
 Status FileSystem::Flush(uint64_t fh) { return impl_->Flush(fh); }
 void FileSystem::Release(uint64_t fh) { impl_->Release(fh); }
 void FileSystem::Fsync(uint64_t fh, bool, std::function<void(Status)> done) {

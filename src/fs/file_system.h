@@ -178,6 +178,11 @@ class FileSystem {
   // error (ENOSPC when the volume is full, EIO after a failed write-behind,
   // EBADF for a read-only handle).
   Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
+  // True if Write(fh, off, len) may wait: for staging memory (every buffer
+  // is staged or in flight) or for a device read (a partial overwrite of a
+  // chunk that is on the device). A hint for callers that must not wait
+  // (fuse/'s request receiver); it can change before the write.
+  bool WriteMayWait(uint64_t fh, uint64_t off, size_t len);
   // close(2) of one descriptor: starts writing out the file's staged data
   // and returns the first background error known for the file.
   Status Flush(uint64_t fh);

@@ -158,6 +158,7 @@ class FileSystem::Impl {
   Result<uint64_t> Open(uint64_t ino, int flags);
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel);
   Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
+  bool WriteMayWait(uint64_t fh, uint64_t off, size_t len);
   Result<size_t> WriteInner(uint64_t fh, uint64_t off, std::span<const char> data);
   Status Flush(uint64_t fh);
   void Release(uint64_t fh);

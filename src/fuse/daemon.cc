@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "fuse/control.h"
 #include "fuse/ops.h"
 #include "fuse/request_loop.h"
 
@@ -209,7 +210,10 @@ Mount::~Mount() {
 }
 
 Status Mount::Run() {
-  RequestLoop loop(se_, options_.max_threads, std::chrono::microseconds(options_.spin_us));
+  RequestLoop loop(se_, options_.max_threads, std::chrono::microseconds(options_.spin_us),
+                   [fs = state_->fs](uint64_t ino, uint64_t fh, uint64_t off, uint32_t size) {
+                     return control::Owns(ino) || fs->WriteMayWait(fh, off, size);
+                   });
   int rc = loop.Run(TerminationSignals());
 
   // Reads and fsyncs in flight reply from fs/ callbacks; the session must

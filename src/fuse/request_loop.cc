@@ -40,11 +40,13 @@ bool IsInit(const fuse_buf& buf) {
          static_cast<const fuse_in_header*>(buf.mem)->opcode == FUSE_INIT;
 }
 
+}  // namespace
+
 // Requests the receiver runs itself: their handlers never wait for the
 // device or for memory (fs/ replies to reads and fsyncs from completions;
-// flush and release only queue work) and copy little. Anything else goes
-// to a worker.
-bool RunsInReceiver(const fuse_buf& buf) {
+// flush and release only queue work; a write is checked first) and copy
+// at most 1 MiB. Anything else goes to a worker.
+bool RequestLoop::RunsInReceiver(const fuse_buf& buf) const {
   if (buf.size < sizeof(fuse_in_header)) return true;  // libfuse rejects it
   const auto* in = static_cast<const fuse_in_header*>(buf.mem);
   switch (in->opcode) {
@@ -52,6 +54,15 @@ bool RunsInReceiver(const fuse_buf& buf) {
       if (buf.size < sizeof(fuse_in_header) + sizeof(fuse_read_in)) return true;
       const auto* read = reinterpret_cast<const fuse_read_in*>(in + 1);
       return read->size <= kMaxReceiverRead;
+    }
+    case FUSE_WRITE: {
+      // Most writes find staging memory free and only copy: answering them
+      // here spares a serial store loop a hand-off per 1 MiB (3-29%). When
+      // other requests were already waiting, workers copy in parallel.
+      if (backlog_) return false;
+      if (buf.size < sizeof(fuse_in_header) + sizeof(fuse_write_in)) return true;
+      const auto* write = reinterpret_cast<const fuse_write_in*>(in + 1);
+      return !write_may_wait_(in->nodeid, write->fh, write->offset, write->size);
     }
     case FUSE_IOCTL: {
       // kvfs's own commands go to a worker: REGISTER opens the caller's
@@ -91,10 +102,12 @@ bool RunsInReceiver(const fuse_buf& buf) {
   }
 }
 
-}  // namespace
-
-RequestLoop::RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin)
-    : se_(se), max_workers_(max_workers == 0 ? 1 : max_workers), spin_(spin) {}
+RequestLoop::RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin,
+                         WriteMayWait write_may_wait)
+    : se_(se),
+      max_workers_(max_workers == 0 ? 1 : max_workers),
+      spin_(spin),
+      write_may_wait_(std::move(write_may_wait)) {}
 
 RequestLoop::~RequestLoop() {
   for (fuse_buf& b : spare_) std::free(b.mem);
@@ -160,9 +173,11 @@ void RequestLoop::Stop() {
 void RequestLoop::Receive() {
   fuse_buf buf{};
   auto spin_until = std::chrono::steady_clock::now();
+  bool waited = true;  // since the last request
   while (!fuse_session_exited(se_)) {
     int res = fuse_session_receive_buf(se_, &buf);
     if (res == -EAGAIN) {
+      waited = true;
       if (std::chrono::steady_clock::now() < spin_until) {
         sched_yield();
         continue;
@@ -179,6 +194,8 @@ void RequestLoop::Receive() {
       }
       break;
     }
+    backlog_ = !waited;
+    waited = false;
     if (RunsInReceiver(buf)) {
       const bool init = IsInit(buf);
       fuse_session_process_buf(se_, &buf);

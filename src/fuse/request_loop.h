@@ -10,9 +10,10 @@
 // so the next request of a serial loop is picked up without a wake-up. It
 // runs the requests that never wait (lookups, getattr, open, read, create,
 // rename, unlink, release, ioctl: fs/ queues their device work and replies
-// from the completion) itself, and hands the rest (write, which may wait
-// for staging memory; setattr; fsyncdir; readdir; setxattr; fallocate) to a
-// pool of up to `max_workers` threads, started as they are needed. The
+// from the completion; writes that find staging memory free) itself, and
+// hands the rest (writes that may wait for staging memory or a device read;
+// setattr; fsyncdir; readdir; setxattr; fallocate) to a pool of up to
+// `max_workers` threads, started as they are needed. The
 // queue holds copies of small requests and at most 16 large ones (writes);
 // beyond that the receiver runs a write itself, so queued requests add at
 // most ~16 MiB to the daemon's memory.
@@ -30,6 +31,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -38,7 +40,13 @@ namespace kvfs::fuse {
 
 class RequestLoop {
  public:
-  RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin);
+  // True if a WRITE of `size` bytes at `off` through handle `fh` of inode
+  // `nodeid` may wait (fs::FileSystem::WriteMayWait, control files).
+  using WriteMayWait =
+      std::function<bool(uint64_t nodeid, uint64_t fh, uint64_t off, uint32_t size)>;
+
+  RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin,
+              WriteMayWait write_may_wait);
   ~RequestLoop();
   RequestLoop(const RequestLoop&) = delete;
   RequestLoop& operator=(const RequestLoop&) = delete;
@@ -53,6 +61,7 @@ class RequestLoop {
 
  private:
   void Receive();
+  bool RunsInReceiver(const fuse_buf& buf) const;
   void Work();
   struct Queued {
     fuse_buf buf{};
@@ -68,9 +77,13 @@ class RequestLoop {
   fuse_session* const se_;
   const unsigned max_workers_;
   const std::chrono::microseconds spin_;
+  const WriteMayWait write_may_wait_;
   int fd_ = -1;       // the session's /dev/fuse descriptor (made non-blocking)
   int stop_fd_ = -1;  // eventfd: readable once the loop is ending
   int error_ = 0;     // written by the receiver before it ends
+  // The receiver's: the last request was already waiting when the one
+  // before it was done (several callers are active).
+  bool backlog_ = false;
 
   std::mutex mu_;
   std::condition_variable work_cv_;

@@ -8,6 +8,7 @@
 
 #include "common/format.h"
 #include "fs/fs_fixture.h"
+#include "fs/inode_state.h"
 #include "fs/stats.h"
 
 #include <nlohmann/json.hpp>
@@ -319,4 +320,40 @@ TEST_F(FsTest, StatsCountOperationsAndRenderAsJsonAndPrometheus) {
 }
 
 }  // namespace
+}  // namespace kvfs::fs
+
+namespace kvfs::fs {
+
+// fuse/'s request receiver runs a write itself only when WriteMayWait says
+// it will not wait; a wrong "no" would stall every other request behind a
+// device read.
+TEST_F(FsTest, WriteMayWaitNamesPartialOverwritesOfDataOnTheDevice) {
+  const std::string data = Pattern(3 * kChunkBytes + 5000, 7);
+  auto c = fs_->Create(kRootIno, "f", 0644, O_WRONLY, Caller{});
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(fs_->WriteMayWait(c->fh, 0, kChunkBytes)) << "a new file has nothing to read";
+  EXPECT_FALSE(fs_->WriteMayWait(c->fh, 4096, 100)) << "nor for a partial write";
+  ASSERT_TRUE(fs_->Write(c->fh, 0, data).ok());
+  EXPECT_FALSE(fs_->WriteMayWait(c->fh, 4096, 100)) << "a staged chunk takes the write as it is";
+  ASSERT_TRUE(fs_->Flush(c->fh).ok());
+  fs_->Release(c->fh);
+  ASSERT_TRUE(fs_->Sync().ok());  // on the device now
+
+  auto fh = fs_->Open(c->attr.ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok());
+  EXPECT_TRUE(fs_->WriteMayWait(*fh, 4096, 100)) << "the chunk is read first";
+  EXPECT_TRUE(fs_->WriteMayWait(*fh, 3 * kChunkBytes, 10)) << "so is a partial tail chunk";
+  EXPECT_FALSE(fs_->WriteMayWait(*fh, kChunkBytes, kChunkBytes)) << "a whole chunk replaces it";
+  EXPECT_FALSE(fs_->WriteMayWait(*fh, 3 * kChunkBytes, 5000)) << "all the tail's bytes";
+  EXPECT_FALSE(fs_->WriteMayWait(*fh, 8 * kChunkBytes, 10)) << "past the end nothing is read";
+  EXPECT_FALSE(fs_->WriteMayWait(12345, 0, 10)) << "a bad handle fails at once";
+  ASSERT_TRUE(fs_->Write(*fh, 4096, std::string_view("overwritten")).ok());
+  fs_->Release(*fh);
+  auto r = Load(kRootIno, "f");
+  ASSERT_TRUE(r.ok());
+  std::string want = data;
+  want.replace(4096, 11, "overwritten");
+  EXPECT_EQ(*r, want);
+}
+
 }  // namespace kvfs::fs
