@@ -44,8 +44,9 @@ class EntryCache {
 
  private:
   static constexpr size_t kShards = 16;
-  // Bytes charged per entry besides its key: list and hash nodes.
-  static constexpr size_t kEntryOverhead = 96;
+  // Bytes charged per entry besides its key: list node, hash node and
+  // bucket, the key's heap block.
+  static constexpr size_t kEntryOverhead = 144;
 
   struct Node {
     std::string key;  // parent (8 bytes, native order) + name

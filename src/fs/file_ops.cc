@@ -332,7 +332,13 @@ bool FileSystem::Impl::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
     const uint64_t chunk_valid = size > cstart ? std::min(kChunkBytes, size - cstart) : 0;
     if (!(lo == 0 && hi >= chunk_valid)) return true;
   }
-  return unstaged > pool_.free_slots();
+  if (unstaged == 0) return false;
+  // StageChunk waits for commits to free space when the volume is full.
+  if (volume_.space().free_bytes < unstaged * kChunkBytes) return true;
+  // Other writers take slots between this check and the write (nothing is
+  // reserved): a margin keeps the receiver from waiting on a pool that is
+  // nearly out.
+  return unstaged + kWriteSlotMargin > pool_.free_slots();
 }
 
 Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<const char> data) {

@@ -273,6 +273,8 @@ class FileSystem::Impl {
   // ~200,000 entries of 120-byte names: a connector's working set of keys
   // and the directories they sit in.
   static constexpr size_t kEntryCacheBytes = 48ull << 20;
+  // Staging slots WriteMayWait leaves for writers racing the checked write.
+  static constexpr size_t kWriteSlotMargin = 4;
   static constexpr uint64_t kReadaheadFiles = 8;
   static constexpr uint64_t kReadaheadMaxGap = 4;
   static constexpr size_t kReadaheadStreams = 16;

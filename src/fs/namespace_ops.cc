@@ -26,7 +26,8 @@ Result<uint64_t> FileSystem::Impl::ResolveEntry(uint64_t parent, std::string_vie
     return it->second.child;
   }
   if (std::optional<uint64_t> hit = entry_cache_.Get(parent, name)) {
-    if (*hit == 0) return Status::Error(ENOENT, std::string(name));
+    // No formatted message: a stat storm's common answer (as the index's).
+    if (*hit == 0) return Status::Error(ENOENT, "no such entry");
     return *hit;
   }
   // ns_mu_ is held (shared at least): no change comes between this read
