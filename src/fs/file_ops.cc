@@ -24,6 +24,17 @@ uint64_t TotalLen(const std::vector<Extent>& v) {
   return n;
 }
 
+// Bytes of the chunk starting at `cstart` that lie inside a file of `size`.
+uint64_t ChunkValid(uint64_t size, uint64_t cstart) {
+  return size > cstart ? std::min(kChunkBytes, size - cstart) : 0;
+}
+
+// Whether staging a chunk for a write of [lo, hi) (chunk offsets) must first
+// read the version on the device: a partial overwrite of installed data.
+bool ReadsBeforeWrite(const ChunkState& cs, uint64_t chunk_valid, uint64_t lo, uint64_t hi) {
+  return !cs.inflight && !cs.extents.empty() && !(lo == 0 && hi >= chunk_valid);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------ open / close
@@ -256,13 +267,13 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
       return Status::OK();
     }
     const uint64_t size = inode->rec.size;
-    const uint64_t chunk_valid = size > cstart ? std::min(kChunkBytes, size - cstart) : 0;
+    const uint64_t chunk_valid = ChunkValid(size, cstart);
     cb->clean = 0;
     if (cs.inflight) {
       std::memcpy(data, cs.inflight->buf.data(), cs.inflight->valid);
       cb->clean = cs.inflight->valid;
       cb->valid = std::max(cs.inflight->valid, chunk_valid);
-    } else if (!cs.extents.empty() && !(write_lo == 0 && write_hi >= chunk_valid)) {
+    } else if (ReadsBeforeWrite(cs, chunk_valid, write_lo, write_hi)) {
       // Partial overwrite of data on the device: read it first (rare for KV
       // workloads, which write whole files). Never wait for I/O holding the
       // inode lock: completions take it. Retry if the chunk changed meanwhile.
@@ -322,15 +333,10 @@ bool FileSystem::Impl::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
     if (it != h.inode->chunks.end() && it->second.staged) continue;
     ++unstaged;
     if (it == h.inode->chunks.end()) continue;
-    const ChunkState& cs = it->second;
-    if (cs.inflight || cs.extents.empty()) continue;
-    // StageChunk reads the chunk first unless the write covers all of it.
     const uint64_t cstart = ci * kChunkBytes;
     const uint64_t lo = off > cstart ? off - cstart : 0;
     const uint64_t hi = std::min(end - cstart, kChunkBytes);
-    const uint64_t size = h.inode->rec.size;
-    const uint64_t chunk_valid = size > cstart ? std::min(kChunkBytes, size - cstart) : 0;
-    if (!(lo == 0 && hi >= chunk_valid)) return true;
+    if (ReadsBeforeWrite(it->second, ChunkValid(h.inode->rec.size, cstart), lo, hi)) return true;
   }
   if (unstaged == 0) return false;
   // StageChunk waits for commits to free space when the volume is full.

@@ -35,6 +35,14 @@ constexpr size_t kMaxQueuedLarge = 16;
 // Receive buffers kept for reuse.
 constexpr size_t kSpareBuffers = 4;
 
+// The request's body after its header, or null if the request is too short
+// to hold one (libfuse rejects it).
+template <typename Body>
+const Body* BodyOf(const fuse_buf& buf) {
+  if (buf.size < sizeof(fuse_in_header) + sizeof(Body)) return nullptr;
+  return reinterpret_cast<const Body*>(static_cast<const fuse_in_header*>(buf.mem) + 1);
+}
+
 bool IsInit(const fuse_buf& buf) {
   return buf.size >= sizeof(fuse_in_header) &&
          static_cast<const fuse_in_header*>(buf.mem)->opcode == FUSE_INIT;
@@ -46,32 +54,29 @@ bool IsInit(const fuse_buf& buf) {
 // device or for memory (fs/ replies to reads and fsyncs from completions;
 // flush and release only queue work; a write is checked first) and copy
 // at most 1 MiB. Anything else goes to a worker.
-bool RequestLoop::RunsInReceiver(const fuse_buf& buf) const {
+bool RequestLoop::RunsInReceiver(const fuse_buf& buf, bool backlog) const {
   if (buf.size < sizeof(fuse_in_header)) return true;  // libfuse rejects it
   const auto* in = static_cast<const fuse_in_header*>(buf.mem);
   switch (in->opcode) {
     case FUSE_READ: {
-      if (buf.size < sizeof(fuse_in_header) + sizeof(fuse_read_in)) return true;
-      const auto* read = reinterpret_cast<const fuse_read_in*>(in + 1);
-      return read->size <= kMaxReceiverRead;
+      const auto* read = BodyOf<fuse_read_in>(buf);
+      return read == nullptr || read->size <= kMaxReceiverRead;
     }
     case FUSE_WRITE: {
       // Most writes find staging memory free and only copy: answering them
       // here spares a serial store loop a hand-off per 1 MiB (3-29%). When
       // other requests were already waiting, workers copy in parallel.
-      if (backlog_) return false;
-      if (buf.size < sizeof(fuse_in_header) + sizeof(fuse_write_in)) return true;
-      const auto* write = reinterpret_cast<const fuse_write_in*>(in + 1);
-      return !write_may_wait_(in->nodeid, write->fh, write->offset, write->size);
+      if (backlog) return false;
+      const auto* write = BodyOf<fuse_write_in>(buf);
+      return write == nullptr || !write_may_wait_(in->nodeid, write->fh, write->offset, write->size);
     }
     case FUSE_IOCTL: {
       // kvfs's own commands go to a worker: REGISTER opens the caller's
       // file through /proc, and that file may be on this very mount (whose
       // OPEN the receiver must be free to read). Anything else (TCGETS from
       // every Python open()) gets ENOTTY at once.
-      if (buf.size < sizeof(fuse_in_header) + sizeof(fuse_ioctl_in)) return true;
-      const auto* ioctl = reinterpret_cast<const fuse_ioctl_in*>(in + 1);
-      return _IOC_TYPE(ioctl->cmd) != KVFS_IOC_MAGIC;
+      const auto* ioctl = BodyOf<fuse_ioctl_in>(buf);
+      return ioctl == nullptr || _IOC_TYPE(ioctl->cmd) != KVFS_IOC_MAGIC;
     }
     case FUSE_LOOKUP:
     case FUSE_FORGET:
@@ -194,9 +199,9 @@ void RequestLoop::Receive() {
       }
       break;
     }
-    backlog_ = !waited;
+    const bool backlog = !waited;
     waited = false;
-    if (RunsInReceiver(buf)) {
+    if (RunsInReceiver(buf, backlog)) {
       const bool init = IsInit(buf);
       fuse_session_process_buf(se_, &buf);
       if (init && fuse_session_exited(se_)) {
@@ -217,27 +222,29 @@ void RequestLoop::Receive() {
 }
 
 void RequestLoop::Dispatch(fuse_buf& buf) {
-  std::unique_lock<std::mutex> l(mu_);
-  Queued q;
-  if (buf.size <= kSmallRequest) {
-    // Most requests are a few hundred bytes: a copy frees the receive
-    // buffer (max_write + headers) for the next request.
-    q.buf.mem = std::malloc(buf.size);
-    if (q.buf.mem == nullptr) {
-      l.unlock();
-      fuse_session_process_buf(se_, &buf);  // no memory to queue it: run it here
-      return;
+  // No thread, no memory for a copy, or enough large writes queued already
+  // (which bounds the daemon's memory; a write never needs another request
+  // of this mount to finish): it runs here.
+  if (!Enqueue(buf)) fuse_session_process_buf(se_, &buf);
+}
+
+bool RequestLoop::Enqueue(fuse_buf& buf) {
+  std::lock_guard<std::mutex> l(mu_);
+  const bool large = buf.size > kSmallRequest;
+  if (large && queued_large_ >= kMaxQueuedLarge) return false;
+  if (queue_.size() >= idle_workers_ && workers_.size() < max_workers_) {
+    try {
+      // It waits for mu_, and finds the request queued below.
+      workers_.emplace_back([this] { Work(); });
+    } catch (const std::system_error& e) {
+      // No thread now (pids limit): the queue waits for the workers there
+      // are, if any.
+      spdlog::warn("starting a FUSE worker thread: {}", e.what());
+      if (workers_.empty()) return false;
     }
-    std::memcpy(q.buf.mem, buf.mem, buf.size);
-    q.buf.size = buf.size;
-  } else if (queued_large_ >= kMaxQueuedLarge) {
-    // Enough large writes wait for workers already; this one waits on the
-    // receiver, which bounds the daemon's memory (a write never needs
-    // another request of this mount to finish).
-    l.unlock();
-    fuse_session_process_buf(se_, &buf);
-    return;
-  } else {
+  }
+  Queued q;
+  if (large) {
     q.buf = buf;
     q.large = true;
     ++queued_large_;
@@ -246,26 +253,17 @@ void RequestLoop::Dispatch(fuse_buf& buf) {
       buf = spare_.back();
       spare_.pop_back();
     }
+  } else {
+    // Most requests are a few hundred bytes: a copy frees the receive
+    // buffer (max_write + headers) for the next request.
+    q.buf.mem = std::malloc(buf.size);
+    if (q.buf.mem == nullptr) return false;
+    std::memcpy(q.buf.mem, buf.mem, buf.size);
+    q.buf.size = buf.size;
   }
   queue_.push_back(q);
-  if (queue_.size() > idle_workers_ && workers_.size() < max_workers_) {
-    try {
-      workers_.emplace_back([this] { Work(); });
-    } catch (const std::system_error& e) {
-      // No thread now (pids limit): the queue waits for the workers there
-      // are, or, with none, runs here.
-      spdlog::warn("starting a FUSE worker thread: {}", e.what());
-      if (workers_.empty()) {
-        queue_.pop_back();
-        if (q.large) --queued_large_;
-        l.unlock();
-        fuse_session_process_buf(se_, &q.buf);
-        Recycle(q);
-        return;
-      }
-    }
-  }
   if (idle_workers_ > 0) work_cv_.notify_one();
+  return true;
 }
 
 void RequestLoop::Recycle(Queued& q) {

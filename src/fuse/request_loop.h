@@ -2,21 +2,22 @@
 //
 // Why not fuse_session_loop_mt: there, every request wakes a worker thread
 // blocked in read(2) on /dev/fuse, and a connector's serial loop pays that
-// wake-up on each of its ~5 round trips per key (30-50 us apiece on a
-// virtual machine, where a sleeping CPU is woken by an interrupt).
+// wake-up on each of its round trips per key (nine to store, three to load;
+// 25-50 us apiece on a virtual machine, where a sleeping CPU is woken by an
+// interrupt).
 //
 // Here one receiver thread reads requests. After each one it keeps polling
 // the device (non-blocking reads) for `spin` before it sleeps in poll(2),
 // so the next request of a serial loop is picked up without a wake-up. It
-// runs the requests that never wait (lookups, getattr, open, read, create,
-// rename, unlink, release, ioctl: fs/ queues their device work and replies
-// from the completion; writes that find staging memory free) itself, and
-// hands the rest (writes that may wait for staging memory or a device read;
-// setattr; fsyncdir; readdir; setxattr; fallocate) to a pool of up to
-// `max_workers` threads, started as they are needed. The
-// queue holds copies of small requests and at most 16 large ones (writes);
-// beyond that the receiver runs a write itself, so queued requests add at
-// most ~16 MiB to the daemon's memory.
+// runs the requests that never wait itself (lookups, getattr, open, reads
+// up to 256 KiB, create, rename, unlink, release, ioctl: fs/ queues their
+// device work and replies from the completion; writes that find staging
+// memory free), and hands the rest (writes that may wait for staging
+// memory or a device read; setattr; fsyncdir; readdir; setxattr;
+// fallocate) to a pool of up to `max_workers` threads, started as they are
+// needed. The queue holds copies of small requests and at most 16 large
+// ones (writes); beyond that the receiver runs a write itself, so queued
+// requests add at most ~16 MiB to the daemon's memory.
 //
 // The receiver yields its CPU on every poll, so a runnable thread (an I/O
 // completion, a worker) is not held up by its spinning. With spin zero it
@@ -61,16 +62,20 @@ class RequestLoop {
 
  private:
   void Receive();
-  bool RunsInReceiver(const fuse_buf& buf) const;
+  // `backlog`: the request was already waiting when the one before it was
+  // done (several callers are active).
+  bool RunsInReceiver(const fuse_buf& buf, bool backlog) const;
   void Work();
   struct Queued {
     fuse_buf buf{};
     bool large = false;  // a receive buffer (else a copy of a small request)
   };
-  // Queues a request for a worker, starting one if none is idle. Small
-  // requests are copied; a large one's buffer moves to the queue and `buf`
-  // gets another (or none: libfuse allocates one).
+  // Runs a request on a worker, or here if it cannot be queued.
   void Dispatch(fuse_buf& buf);
+  // Queues a request for a worker, starting one if none is idle; false if
+  // it cannot. Small requests are copied; a large one's buffer moves to the
+  // queue and `buf` gets another (or none: libfuse allocates one).
+  bool Enqueue(fuse_buf& buf);
   void Recycle(Queued& q);
   void Stop();
 
@@ -81,9 +86,6 @@ class RequestLoop {
   int fd_ = -1;       // the session's /dev/fuse descriptor (made non-blocking)
   int stop_fd_ = -1;  // eventfd: readable once the loop is ending
   int error_ = 0;     // written by the receiver before it ends
-  // The receiver's: the last request was already waiting when the one
-  // before it was done (several callers are active).
-  bool backlog_ = false;
 
   std::mutex mu_;
   std::condition_variable work_cv_;
