@@ -26,8 +26,6 @@ OP_EXISTS = 6
 # struct kvfs_batch_entry (64 bytes): op, name_len, name_off, buf_id, buf_off,
 # length, file_off, status, flags, result.
 ENTRY = struct.Struct("=IIQQQQQiIQ")
-# An entry with only op, name_len and name_off set, the rest zero.
-ENTRY_NAME_ONLY = struct.Struct("=IIQ48x")
 # The outputs of an entry: status, flags (skipped) and result.
 ENTRY_OUT = struct.Struct("=48xiIQ")
 # struct kvfs_register_args: version, fd, length, flags, buf_id.

@@ -36,6 +36,8 @@ import os
 import sys
 import threading
 import weakref
+from array import array
+from itertools import accumulate
 from typing import NamedTuple, Optional, Union
 
 from . import abi
@@ -45,6 +47,10 @@ _PAGE = 4096
 # A full call of name-only entries fits (4096 x 64 + names of ~150 bytes);
 # untouched pages of the memfd cost nothing.
 _MIN_TABLE_BYTES = 1 << 20
+# Indexes of name_off's low 32-bit word and of status among the 16 native
+# words of a 64-byte kvfs_batch_entry.
+_NAME_OFF_WORD = 2 if sys.byteorder == "little" else 3
+_STATUS_WORD = 12
 
 
 def _round_up(n, a=_PAGE):
@@ -384,18 +390,17 @@ class Client:
         """[True/False] per name, like os.path.exists: False for a missing
         name and for any other per-key error (use stat_batch to tell them
         apart)."""
-        enc, errs = _FS_ENCODING, _FS_ERRORS
-        names = [x.encode(enc, errs) if type(x) is str else _encode(x) for x in names]
+        names = list(names)
         out = []
         for start in range(0, len(names), abi.BATCH_MAX_ENTRIES):
             part = names[start:start + abi.BATCH_MAX_ENTRIES]
-            res = self._call_names(self._exists_op, part)
-            if self._exists_op == abi.OP_EXISTS and all(st == _errno.EINVAL for st, _ in res):
+            statuses = self._call_names(self._exists_op, part)
+            if self._exists_op == abi.OP_EXISTS and all(st == _errno.EINVAL for st in statuses):
                 # A daemon older than OP_EXISTS refuses every entry: STAT
                 # answers the same question.
                 self._exists_op = abi.OP_STAT
-                res = self._call_names(abi.OP_STAT, part)
-            out += [st == 0 for st, _ in res]
+                statuses = self._call_names(abi.OP_STAT, part)
+            out += [st == 0 for st in statuses]
         return out
 
     def prefetch(self, names):
@@ -463,16 +468,31 @@ class Client:
         return new
 
     def _call_names(self, op, names):
-        """_call for entries that are only an op and a name (bytes): the
-        hot path of exists_batch, packed without per-entry tuples."""
-        pack = abi.ENTRY_NAME_ONLY.pack
-        packed = []
-        pos = 64 * len(names)
-        for name in names:
-            name_len = len(name)
-            packed.append(pack(op, name_len, pos))
-            pos += name_len
-        return self._submit(packed, b"".join(names))
+        """One KVFS_IOC_BATCH of entries that are only an op and a name (str,
+        bytes or path-like): the hot path of exists_batch. Returns the
+        statuses in input order. The table is laid out with array slices,
+        and ASCII str names are encoded in one piece: per-entry packing
+        cost more than the daemon's work for the entry."""
+        n = len(names)
+        try:
+            joined = "".join(names)
+            blob = joined.encode("ascii") if joined.isascii() else None
+        except TypeError:  # bytes or path-like names
+            blob = None
+        if blob is None:
+            names = [_encode(x) for x in names]
+            blob = b"".join(names)
+        lens = array("I", map(len, names))
+        table_bytes = 64 * n
+        words = array("I", bytes(table_bytes))
+        words[0::16] = array("I", [op]) * n
+        words[1::16] = lens
+        # name_off: a table is far below 4 GiB, so its high word stays 0.
+        offsets = array("I", accumulate(lens, initial=table_bytes))
+        offsets.pop()
+        words[_NAME_OFF_WORD::16] = offsets
+        mm = self._submit(words, blob)
+        return memoryview(mm)[:table_bytes].cast("i")[_STATUS_WORD::16].tolist()
 
     def _call(self, entries):
         """One KVFS_IOC_BATCH over <= BATCH_MAX_ENTRIES entries; returns
@@ -484,18 +504,20 @@ class Client:
             name_len = len(name)
             packed.append(pack(op, name_len, pos, buf_id, buf_off, length, file_off, 0, flags, 0))
             pos += name_len
-        return self._submit(packed, b"".join([e[1] for e in entries]))
+        mm = self._submit(b"".join(packed), b"".join([e[1] for e in entries]))
+        return [(st, res) for st, _, res in abi.ENTRY_OUT.iter_unpack(mm[0:64 * len(entries)])]
 
-    def _submit(self, packed, names):
-        """The KVFS_IOC_BATCH of `packed` (64-byte entries whose names lie
-        in `names`, right after the entries) through this thread's table;
-        returns [(status, result)] in input order."""
-        n = len(packed)
-        table_bytes = 64 * n
+    def _submit(self, table, names):
+        """The KVFS_IOC_BATCH of `table` (64-byte entries, bytes-like) whose
+        names, `names`, lie right after the entries in this thread's table
+        buffer; returns that buffer's mmap, holding the results."""
+        table = memoryview(table).cast("B")
+        table_bytes = len(table)
+        n = table_bytes // 64
         t = self._table(table_bytes + len(names))
         mm = t._mmap
-        mm[0:table_bytes] = b"".join(packed)
+        mm[0:table_bytes] = table
         mm[table_bytes:table_bytes + len(names)] = names
         _ioctl(self.fd, abi.IOC_BATCH,
                abi.BATCH_ARGS.pack(abi.ABI_VERSION, n, t.id, 0, 0, 0, 0, 0))
-        return [(st, res) for st, _, res in abi.ENTRY_OUT.iter_unpack(mm[0:table_bytes])]
+        return mm

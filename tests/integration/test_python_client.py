@@ -37,9 +37,9 @@ def count_calls(c):
     calls = []
     real = c._submit
 
-    def counting(packed, names):
-        calls.append(len(packed))
-        return real(packed, names)
+    def counting(table, names):
+        calls.append(memoryview(table).nbytes // 64)
+        return real(table, names)
 
     c._submit = counting
     return calls
@@ -118,6 +118,23 @@ def test_write_read_stat_prefetch_delete_round_trip(vol, client):
     dst.close()
 
 
+def test_exists_batch_takes_every_kind_of_name(vol, client):
+    # ASCII str names take a packing path of their own; non-ASCII str,
+    # undecodable bytes (surrogateescape), bytes and path-likes the other.
+    import pathlib
+    odd = os.fsdecode(b"raw-\xff-name")
+    for name in ("plain", "caf\u00e9-\u2603", odd, "deep"):
+        with open(os.path.join(os.fsencode(vol.path), os.fsencode(name)), "wb") as f:
+            f.write(b"x")
+    asks = ["plain", "missing", "caf\u00e9-\u2603", "caf\u00e9-missing", odd,
+            b"raw-\xff-name", pathlib.PurePath("deep"), b"plain", "x" * 256, "a\0b"]
+    assert client.exists_batch(asks) == [True, False, True, False, True, True, True, True,
+                                         False, False]
+    assert client.exists_batch(["plain", "missing"]) == [True, False]  # all ASCII
+    st = client.stat_batch(["x" * 256, "a\0b"])
+    assert [r.status for r in st] == [errno.ENAMETOOLONG, errno.EINVAL]
+
+
 def test_exists_batch_asks_stat_of_a_daemon_that_predates_exists(vol, client):
     # A daemon older than KVFS_OP_EXISTS answers EINVAL for each such entry
     # (the ABI's unknown-op rule); its answers are stood in for here.
@@ -130,7 +147,7 @@ def test_exists_batch_asks_stat_of_a_daemon_that_predates_exists(vol, client):
     def older_daemon(op, names):
         ops.append(op)
         if op == abi.OP_EXISTS:
-            return [(errno.EINVAL, 0)] * len(names)
+            return [errno.EINVAL] * len(names)
         return real(op, names)
 
     client._call_names = older_daemon
