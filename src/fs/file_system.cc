@@ -2,6 +2,7 @@
 // table, and the forwarding of the public API to Impl.
 #include "fs/file_system.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -141,6 +142,13 @@ void FileSystem::Impl::MaybeEvict(const InodeRef& inode) {
 }
 
 std::shared_ptr<Change> FileSystem::Impl::NewChange() { return std::make_shared<Change>(); }
+
+Status FileSystem::Impl::Writable() const {
+  Status failure = volume_.index().failure();
+  if (failure.ok()) return Status::OK();
+  return Status::Error(EROFS, "the index failed a write (" + failure.ToString() +
+                                  "); no more changes until kvfs is remounted");
+}
 
 void FileSystem::Impl::Enqueue(const std::shared_ptr<Change>& c) {
   {
@@ -575,27 +583,41 @@ Result<Attr> FileSystem::Lookup(uint64_t p, std::string_view n) { return impl_->
 void FileSystem::Forget(uint64_t ino, uint64_t n) { impl_->Forget(ino, n); }
 Result<Attr> FileSystem::GetAttr(uint64_t ino) { return impl_->GetAttr(ino); }
 Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t) {
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
   return impl_->SetAttr(ino, req);
 }
 Result<Attr> FileSystem::MkDir(uint64_t p, std::string_view n, uint32_t mode, const Caller& c) {
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
   return impl_->MkDir(p, n, mode, c);
 }
-Status FileSystem::RmDir(uint64_t p, std::string_view n) { return impl_->RmDir(p, n); }
-Status FileSystem::Unlink(uint64_t p, std::string_view n) { return impl_->Unlink(p, n); }
+Status FileSystem::RmDir(uint64_t p, std::string_view n) {
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
+  return impl_->RmDir(p, n);
+}
+Status FileSystem::Unlink(uint64_t p, std::string_view n) {
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
+  return impl_->Unlink(p, n);
+}
 Status FileSystem::Rename(uint64_t p, std::string_view n, uint64_t np, std::string_view nn,
                           unsigned flags) {
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
   return impl_->Rename(p, n, np, nn, flags);
 }
 Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, uint32_t mode,
                                                int flags, const Caller& c) {
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
   return impl_->Create(p, n, mode, flags, c);
 }
-Result<uint64_t> FileSystem::Open(uint64_t ino, int flags) { return impl_->Open(ino, flags); }
+Result<uint64_t> FileSystem::Open(uint64_t ino, int flags) {
+  if ((flags & O_ACCMODE) != O_RDONLY) KVFS_RETURN_IF_ERROR(impl_->Writable());
+  return impl_->Open(ino, flags);
+}
 void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
                       CancelFlag cancel) {
   impl_->Read(fh, off, size, std::move(done), std::move(cancel));
 }
 Result<size_t> FileSystem::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
   return impl_->Write(fh, off, data);
 }
 bool FileSystem::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
@@ -607,6 +629,7 @@ void FileSystem::Fsync(uint64_t fh, bool, std::function<void(Status)> done) {
   impl_->Fsync(fh, std::move(done));
 }
 Status FileSystem::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len) {
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
   return impl_->Fallocate(fh, mode, off, len);
 }
 Result<uint64_t> FileSystem::OpenDir(uint64_t ino) { return impl_->OpenDir(ino); }
@@ -636,9 +659,11 @@ void FileSystem::ReadFile(uint64_t dir, std::string_view path, uint64_t off, std
 }
 void FileSystem::WriteFile(uint64_t dir, std::string_view path, std::span<const char> data,
                            const Caller& caller, std::function<void(Status)> done) {
+  if (Status st = impl_->Writable(); !st.ok()) return done(std::move(st));
   impl_->WriteFile(dir, path, data, caller, std::move(done));
 }
 Status FileSystem::DeleteFile(uint64_t dir, std::string_view path, const Caller& caller) {
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
   return impl_->DeleteFile(dir, path, caller);
 }
 Status FileSystem::ExistsPath(uint64_t dir, std::string_view path, const Caller& caller) {

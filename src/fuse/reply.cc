@@ -17,6 +17,7 @@ bool IsExpected(int code) {
     case ENOENT: case EEXIST: case ENOTEMPTY: case ENOTDIR: case EISDIR: case ENOSPC:
     case ENAMETOOLONG: case EPERM: case EACCES: case EOPNOTSUPP: case ENODATA:
     case ENOTTY: case EINVAL: case EXDEV: case EBADF: case EFBIG: case ERANGE:
+    case EROFS:  // after the index failed a write, which was logged once as an error
       return true;
     default:
       return false;

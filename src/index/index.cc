@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <limits>
@@ -21,6 +22,7 @@
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
 
 #include "common/format.h"
 
@@ -137,12 +139,29 @@ class MaxNextInoOperator : public rocksdb::AssociativeMergeOperator {
   const char* Name() const override { return "kvfs.MaxNextIno"; }
 };
 
-// A read-only (secondary) instance must write nothing into the index
-// directory, and RocksDB would otherwise create an info LOG.
-class NullLogger : public rocksdb::Logger {
+// RocksDB's info log, through spdlog instead of a LOG file in the index
+// directory: that file would share the disk the index can fill, and
+// RocksDB's file logger aborts (an assertion, live in Debian's build) on an
+// append after a failed one. A read-only (secondary) instance must write
+// nothing into the directory either. Routine messages are debug level.
+class SpdLogger : public rocksdb::Logger {
  public:
+  SpdLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL) {}
   using rocksdb::Logger::Logv;
-  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    spdlog::level::level_enum to = level >= rocksdb::InfoLogLevel::ERROR_LEVEL ? spdlog::level::err
+                                   : level == rocksdb::InfoLogLevel::WARN_LEVEL ? spdlog::level::warn
+                                                                                : spdlog::level::debug;
+    if (!spdlog::should_log(to)) return;
+    char line[1024];
+    int n = std::vsnprintf(line, sizeof(line), format, ap);
+    std::string_view text(line, n < 0 ? 0 : std::min<size_t>(n, sizeof(line) - 1));
+    while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+    spdlog::log(to, "rocksdb: {}", text);
+  }
 };
 
 rocksdb::CompressionType PickCompression() {
@@ -153,7 +172,7 @@ rocksdb::CompressionType PickCompression() {
   return rocksdb::kNoCompression;
 }
 
-rocksdb::DBOptions MakeDbOptions(bool create, bool read_only) {
+rocksdb::DBOptions MakeDbOptions(bool create) {
   rocksdb::DBOptions o;
   o.create_if_missing = create;
   o.error_if_exists = create;
@@ -168,11 +187,7 @@ rocksdb::DBOptions MakeDbOptions(bool create, bool read_only) {
   // Bound memtables across families and the WAL a crash would replay.
   o.db_write_buffer_size = 128 << 20;
   o.max_total_wal_size = 128 << 20;
-  // The info LOG must not grow without bound on a long-running mount: it
-  // rolls at 4 MiB and at every open, and only 4 old files are kept.
-  o.max_log_file_size = 4 << 20;
-  o.keep_log_file_num = 4;
-  if (read_only) o.info_log = std::make_shared<NullLogger>();
+  o.info_log = std::make_shared<SpdLogger>();
   return o;
 }
 
@@ -323,7 +338,7 @@ size_t WriteBatch::count() const { return batch_->Count(); }
 Result<std::unique_ptr<Index>> Index::OpenDb(const std::string& dir, const Options& options,
                                              bool create) {
   const bool read_only = options.read_only && !create;
-  rocksdb::DBOptions dbo = MakeDbOptions(create, read_only);
+  rocksdb::DBOptions dbo = MakeDbOptions(create);
   std::vector<rocksdb::ColumnFamilyDescriptor> cfds = MakeCfDescriptors(options.block_cache_bytes);
   const std::string what = "index " + dir;
 
@@ -348,7 +363,7 @@ Result<std::unique_ptr<Index>> Index::OpenDb(const std::string& dir, const Optio
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s;
   if (read_only) {
-    // The secondary path only holds the info log, which NullLogger
+    // The secondary path only holds the info log, which SpdLogger
     // replaces; nothing is written there.
     s = rocksdb::DB::OpenAsSecondary(dbo, dir, dir, cfds, &idx->cfs_, &raw);
   } else {
@@ -634,6 +649,7 @@ Status Index::Commit(WriteBatch& batch, bool sync) {
   if (read_only_) return Status::Error(EROFS, "index " + dir_ + " is open read-only");
   KVFS_RETURN_IF_ERROR(batch.error_);
   if (batch.empty()) return sync ? SyncWal() : Status::OK();
+  KVFS_RETURN_IF_ERROR(failure());
   // Every inode number this batch uses was allocated before this load, so
   // the persisted counter is past all of them when the batch is.
   rocksdb::WriteBatch& b = *batch.batch_;
@@ -646,7 +662,8 @@ Status Index::Commit(WriteBatch& batch, bool sync) {
   }
   if (!s.ok()) {
     b.RollbackToSavePoint().PermitUncheckedError();  // drops only our Merge
-    return FromRocks(s, "index " + dir_ + ": commit of " + std::to_string(batch.count()) + " ops");
+    return Fail(
+        FromRocks(s, "index " + dir_ + ": commit of " + std::to_string(batch.count()) + " ops"));
   }
   b.Clear();
   return Status::OK();
@@ -654,9 +671,25 @@ Status Index::Commit(WriteBatch& batch, bool sync) {
 
 Status Index::SyncWal() {
   if (read_only_) return Status::OK();
+  KVFS_RETURN_IF_ERROR(failure());
   rocksdb::Status s = db_->SyncWAL();
   if (s.ok()) return Status::OK();
-  return FromRocks(s, "index " + dir_ + ": syncing the WAL");
+  return Fail(FromRocks(s, "index " + dir_ + ": syncing the WAL"));
+}
+
+Status Index::failure() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status::OK();
+  std::lock_guard<std::mutex> l(failure_mu_);
+  return failure_;
+}
+
+Status Index::Fail(Status st) {
+  std::lock_guard<std::mutex> l(failure_mu_);
+  if (failure_.ok()) {
+    failure_ = st;
+    failed_.store(true, std::memory_order_release);
+  }
+  return st;
 }
 
 }  // namespace kvfs::index

@@ -10,6 +10,12 @@
 // sync=false commit is in the kernel's page cache when Commit returns, so it
 // survives a crash of the process, not of the machine.
 //
+// A failed write (Commit or SyncWal: the index's disk is full, an I/O error)
+// is sticky: the index takes no more writes and returns that first error
+// from every later Commit and SyncWal. RocksDB itself stops writing after
+// such an error, and its WAL writer must not be synced after one (Debian's
+// build asserts on it). Reopening recovers the last committed batch.
+//
 // Thread safety: every Index method is safe from any thread. A WriteBatch
 // belongs to one thread at a time.
 #pragma once
@@ -17,6 +23,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -135,6 +142,8 @@ class Index {
   Status Commit(WriteBatch& batch, bool sync);
   // Makes every earlier commit durable (WAL fsync). OK on a read-only index.
   Status SyncWal();
+  // OK, or the first failed write (see the top): no write will succeed.
+  Status failure() const;
 
   // Implementation details follow. For tools and tests that must reach
   // below the schema (fsck deleting a malformed key, tests planting one).
@@ -151,6 +160,8 @@ class Index {
                                                bool create);
   Status LoadNextIno();
   rocksdb::ColumnFamilyHandle* cf(Cf c) const { return cfs_[c]; }
+  // Records `st` as the index's failure if it is the first; returns it.
+  Status Fail(Status st);
 
   // All set by Create/Open, then immutable.
   std::string dir_;
@@ -162,6 +173,9 @@ class Index {
   // Next inode number to hand out; persisted by every Commit (with max
   // semantics, so commits racing each other never move it backwards).
   std::atomic<uint64_t> next_ino_{0};
+  std::atomic<bool> failed_{false};  // set once, after failure_ is
+  mutable std::mutex failure_mu_;
+  Status failure_;  // GUARDED_BY(failure_mu_)
 };
 
 }  // namespace kvfs::index

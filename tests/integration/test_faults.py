@@ -207,6 +207,65 @@ def test_failed_write_behind_is_eio_at_fsync_and_close_and_nothing_wrong_is_comm
         assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_a_full_index_disk_stops_changes_keeps_what_was_synced_and_unmounts(make_volume):
+    # The index on a 4 MiB tmpfs of its own; creating names fills it. Once
+    # RocksDB fails a commit, kvfs takes no more changes (EROFS) instead of
+    # accepting names it cannot keep, keeps serving reads, and unmounts
+    # without crashing (RocksDB must not be asked to sync its WAL again).
+    v = make_volume("v")
+    disk = os.path.join(v.workdir, "index-disk")
+    os.mkdir(disk)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", disk], check=True)
+    try:
+        index = os.path.join(disk, "index")
+        from conftest import mkfs
+        mkfs(v.image, 256 * MiB, "--index", index)
+        mount_with(v, f"index={index}")
+        kept = payload("kept", 256 * 1024)
+        store(v.p("kept"), kept)  # fsync: durable before the index fills
+        made = 0
+        with pytest.raises(OSError) as e:
+            while made < 1_000_000:
+                os.close(os.open(v.p(f"{made:08d}-" + "n" * 200), os.O_CREAT | os.O_WRONLY, 0o644))
+                made += 1
+        assert e.value.errno == errno.EROFS, e.value
+        assert made > 100
+        assert "index commit failed" in v.mount.read_log()
+        # Reads go on; every change is refused the same way.
+        assert load(v.p("kept")) == kept
+        assert len(os.listdir(v.path)) >= 1
+        for change in (lambda: os.mkdir(v.p("d")), lambda: os.unlink(v.p("kept")),
+                       lambda: os.rename(v.p("kept"), v.p("k2")),
+                       lambda: open(v.p("kept"), "r+b").close(),
+                       lambda: os.truncate(v.p("kept"), 0)):
+            with pytest.raises(OSError) as e:
+                change()
+            assert e.value.errno == errno.EROFS
+        # The unmount cannot commit what was pending: the daemon says so and
+        # exits non-zero, but on its own terms (no abort, no signal).
+        subprocess.run(["fusermount3", "-u", v.path], check=True)
+        rc = v.mount.proc.wait(timeout=120)
+        log = v.mount.read_log()
+        v.mount.proc = None
+        v.mount.log.close()
+        assert rc > 0, log
+        assert "Assertion" not in log and "terminate called" not in log, log
+
+        # With room again, the volume mounts with every fsynced byte, takes
+        # changes, and fsck finds nothing wrong.
+        subprocess.run(["mount", "-o", "remount,size=64m", disk], check=True)
+        mount_with(v, f"index={index}")
+        assert load(v.p("kept")) == kept
+        store(v.p("after"), b"x" * 4096)
+        v.mount.stop()
+        if FSCK_BIN:
+            r = fsck(v.image, "-n", "--index", index)
+            assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        v.mount.kill()
+        subprocess.run(["umount", "-l", disk])
+
+
 def test_bad_fault_rules_are_refused(make_volume):
     v = make_volume("v")
     for rule, why in [("erase:0:4096", "OP"), ("read:0", "fields"), ("read:x:4096", "OFFSET"),
