@@ -16,6 +16,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -341,6 +342,22 @@ class PowerCutSwitch {
   std::thread thread_;
 };
 
+// The daemon holds a descriptor per index table file (RocksDB keeps them all
+// open) and per client process with registered buffers (a pidfd): the usual
+// soft limit of 1024 is too few for a long-lived mount with many clients.
+// Raised to the hard limit, as servers do.
+void RaiseOpenFileLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  rlim_t was = r.rlim_cur;
+  r.rlim_cur = r.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
+    spdlog::warn("cannot raise the open file limit above {}: {}", was, std::strerror(errno));
+    return;
+  }
+  spdlog::debug("open file limit raised from {} to {}", was, r.rlim_cur);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -458,6 +475,7 @@ int main(int argc, char** argv) {
     detacher.emplace(std::move(d).value());
   }
 
+  RaiseOpenFileLimit();
   auto volume = kvfs::volume::Volume::Open(devices, vopt);
   if (!volume.ok()) Fail(volume.status().ToString());
   if (cfg.fault_injection) power.Arm();

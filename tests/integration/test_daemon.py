@@ -197,6 +197,27 @@ def test_connection_parameters(vol):
     assert "max_read=1048576" in line
 
 
+def test_open_file_limit_is_raised_to_the_hard_limit(make_volume):
+    # RocksDB keeps every table file open and each client process with
+    # registered buffers costs a pidfd: the daemon must not stop at 1024.
+    import resource
+    v = make_volume("v")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowered = min(soft, 1024, hard)
+    # Start the daemon with a low soft limit, as a login shell would give it.
+    old = (soft, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowered, hard))
+    try:
+        v.mount.start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+    with open(f"/proc/{v.mount.proc.pid}/limits") as f:
+        line = next(l for l in f if l.startswith("Max open files"))
+    daemon_soft, daemon_hard = line.split()[3:5]
+    assert daemon_soft == daemon_hard == str(hard), line
+    v.mount.stop()
+
+
 def test_one_worker_without_spinning_serves_blocked_writers_and_lookups(make_volume):
     """The request loop at its extremes: one worker thread for the requests
     that may wait, and a receiver that sleeps as soon as the device is empty.
