@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -54,7 +55,7 @@ struct Command {
   uint32_t done_bytes = 0;  // progress so far (short transfers)
   uint32_t device = 0;
   IoOp op = IoOp::kRead;
-  bool fixed = false;    // buf lies in the registered pool
+  int fixed_slot = -1;   // the registered buffer that holds buf, or -1
   bool invalid = false;  // failed validation; issued as a NOP to reach a thread
   uint8_t eagain_retries = 0;
 };
@@ -117,10 +118,22 @@ class IoEngine::Impl {
 
   Status Init();
   void Submit(std::span<IoRequest> reqs);
+  Status RegisterRegion(const char* base, size_t len);
+  void UnregisterRegions(const char* base, size_t len);
 
   std::vector<const BlockDevice*> devices_;
   IoEngineOptions options_;
   std::unique_ptr<BufferPool> pool_;
+  // Memory registered with every ring (RegisterRegion), in slots of at most
+  // kFixedPieceBytes (the kernel's limit per registered buffer).
+  struct FixedRegion {
+    const char* base = nullptr;
+    size_t len = 0;
+    unsigned first_slot = 0;
+  };
+  std::shared_mutex regions_mu_;
+  std::vector<FixedRegion> regions_;  // GUARDED_BY(regions_mu_)
+  std::vector<bool> slot_used_;       // GUARDED_BY(regions_mu_); kFixedSlots
   std::vector<std::unique_ptr<Ring>> rings_;
   bool threads_started_ = false;
 
@@ -151,10 +164,20 @@ class IoEngine::Impl {
   // kernel serializes submitters and never consumes an SQE twice.
   void Enter(Ring& r, bool wait);
   void Prep(io_uring_sqe* sqe, Command* c) const;
-  // The registered piece of the staging pool that holds `p`.
+  // Registered buffers: each ring's table has kFixedSlots slots of at most
+  // kFixedPieceBytes.
   static constexpr size_t kFixedPieceBytes = size_t{1} << 30;
-  int FixedIndex(const char* p) const {
-    return static_cast<int>((p - static_cast<const char*>(pool_->region())) / kFixedPieceBytes);
+  static constexpr unsigned kFixedSlots = 1024;
+  // The slot of the registered piece that holds all of [p, p + len), or -1.
+  // REQUIRES: regions_mu_ held (shared).
+  int FixedSlotLocked(const char* p, size_t len) const {
+    for (const FixedRegion& r : regions_) {
+      if (p < r.base || p + len > r.base + r.len) continue;
+      size_t first = static_cast<size_t>(p - r.base) / kFixedPieceBytes;
+      size_t last = static_cast<size_t>(p + len - 1 - r.base) / kFixedPieceBytes;
+      return first == last ? static_cast<int>(r.first_slot + first) : -1;
+    }
+    return -1;
   }
   void RunCompletions(unsigned ring_index);
   // REQUIRES: the ring's mu held
@@ -216,22 +239,17 @@ Status IoEngine::Impl::Init() {
     if (ret < 0) {
       return Status::Error(-ret, "io engine: io_uring_register_files on ring " + std::to_string(i));
     }
-    if (pool_) {
-      // The kernel takes registered buffers of at most 1 GiB each, so the
-      // pool is registered in 1 GiB pieces; a command's buf_index is its
-      // piece (FixedIndex()).
-      std::vector<iovec> iovs;
-      for (size_t off = 0; off < pool_->region_bytes(); off += kFixedPieceBytes) {
-        iovs.push_back(iovec{static_cast<char*>(pool_->region()) + off,
-                             std::min(kFixedPieceBytes, pool_->region_bytes() - off)});
-      }
-      ret = io_uring_register_buffers(u, iovs.data(), static_cast<unsigned>(iovs.size()));
-      if (ret < 0) {
-        return Status::Error(-ret, "io engine: io_uring_register_buffers (" +
-                                       std::to_string(pool_->region_bytes()) +
-                                       " bytes; RLIMIT_MEMLOCK?) on ring " + std::to_string(i));
-      }
+    // An empty table: regions are put in (and taken out) while running.
+    ret = io_uring_register_buffers_sparse(u, kFixedSlots);
+    if (ret < 0) {
+      return Status::Error(-ret, "io engine: io_uring_register_buffers_sparse on ring " +
+                                     std::to_string(i));
     }
+  }
+  slot_used_.assign(kFixedSlots, false);
+  if (pool_) {
+    KVFS_RETURN_IF_ERROR(RegisterRegion(static_cast<const char*>(pool_->region()),
+                                        pool_->region_bytes()));
   }
   for (unsigned i = 0; i < rings_.size(); ++i) {
     rings_[i]->thread = std::thread([this, i] { RunCompletions(i); });
@@ -329,6 +347,7 @@ void IoEngine::Impl::Submit(std::span<IoRequest> reqs) {
   if (tls_batches.size() < nrings) tls_batches.resize(nrings);
 
   uint64_t ncommands = 0, nfixed = 0;
+  std::shared_lock<std::shared_mutex> regions(regions_mu_);
   for (IoRequest& r : reqs) {
     auto* q = new Request;
     q->done = std::move(r.done);
@@ -358,9 +377,8 @@ void IoEngine::Impl::Submit(std::span<IoRequest> reqs) {
         c.buf = static_cast<char*>(r.buf) + off;
         c.byte_off = r.byte_off + off;
         c.len = static_cast<uint32_t>(std::min<uint64_t>(options_.max_command_bytes, r.len - off));
-        c.fixed = pool_ != nullptr && pool_->Contains(c.buf, c.len) &&
-                  FixedIndex(c.buf) == FixedIndex(c.buf + c.len - 1);
-        nfixed += c.fixed;
+        c.fixed_slot = FixedSlotLocked(c.buf, c.len);
+        nfixed += c.fixed_slot >= 0;
       }
       tls_batches[(start + k) % nrings].push_back(&c);
     }
@@ -401,15 +419,15 @@ void IoEngine::Impl::Prep(io_uring_sqe* sqe, Command* c) const {
     int file = static_cast<int>(c->device);  // index into the registered files
     switch (c->op) {
       case IoOp::kRead:
-        if (c->fixed) {
-          io_uring_prep_read_fixed(sqe, file, buf, len, off, FixedIndex(buf));
+        if (c->fixed_slot >= 0) {
+          io_uring_prep_read_fixed(sqe, file, buf, len, off, c->fixed_slot);
         } else {
           io_uring_prep_read(sqe, file, buf, len, off);
         }
         break;
       case IoOp::kWrite:
-        if (c->fixed) {
-          io_uring_prep_write_fixed(sqe, file, buf, len, off, FixedIndex(buf));
+        if (c->fixed_slot >= 0) {
+          io_uring_prep_write_fixed(sqe, file, buf, len, off, c->fixed_slot);
         } else {
           io_uring_prep_write(sqe, file, buf, len, off);
         }
@@ -649,6 +667,75 @@ BufferPool& IoEngine::buffers() {
 }
 
 const IoEngineOptions& IoEngine::options() const { return impl_->options_; }
+
+Status IoEngine::RegisterRegion(const void* base, size_t len) {
+  return impl_->RegisterRegion(static_cast<const char*>(base), len);
+}
+void IoEngine::UnregisterRegions(const void* base, size_t len) {
+  impl_->UnregisterRegions(static_cast<const char*>(base), len);
+}
+
+Status IoEngine::Impl::RegisterRegion(const char* base, size_t len) {
+  if (len == 0) return Status::OK();
+  const unsigned pieces = static_cast<unsigned>((len + kFixedPieceBytes - 1) / kFixedPieceBytes);
+  std::unique_lock<std::shared_mutex> l(regions_mu_);
+  // The first run of `pieces` free slots.
+  unsigned first = 0, run = 0;
+  for (unsigned k = 0; k < kFixedSlots && run < pieces; ++k) {
+    if (slot_used_[k]) {
+      run = 0;
+      first = k + 1;
+    } else {
+      ++run;
+    }
+  }
+  if (run < pieces) {
+    return Status::Error(ENOSPC, "io engine: no " + std::to_string(pieces) +
+                                     " free registered-buffer slots");
+  }
+  std::vector<iovec> iovs;
+  for (size_t off = 0; off < len; off += kFixedPieceBytes) {
+    iovs.push_back(iovec{const_cast<char*>(base) + off, std::min(kFixedPieceBytes, len - off)});
+  }
+  for (size_t i = 0; i < rings_.size(); ++i) {
+    int ret = io_uring_register_buffers_update_tag(&rings_[i]->uring, first, iovs.data(), nullptr,
+                                                   pieces);
+    if (ret < 0) {
+      // Take it out of the rings that have it: a region is in all or none.
+      std::vector<iovec> empty(pieces, iovec{nullptr, 0});
+      for (size_t j = 0; j < i; ++j) {
+        io_uring_register_buffers_update_tag(&rings_[j]->uring, first, empty.data(), nullptr,
+                                             pieces);
+      }
+      return Status::Error(-ret, "io engine: registering " + std::to_string(len) +
+                                     " bytes of buffers (RLIMIT_MEMLOCK?)");
+    }
+  }
+  for (unsigned k = first; k < first + pieces; ++k) slot_used_[k] = true;
+  regions_.push_back({base, len, first});
+  return Status::OK();
+}
+
+void IoEngine::Impl::UnregisterRegions(const char* base, size_t len) {
+  std::unique_lock<std::shared_mutex> l(regions_mu_);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    if (it->base < base || it->base >= base + len) {
+      ++it;
+      continue;
+    }
+    const unsigned pieces =
+        static_cast<unsigned>((it->len + kFixedPieceBytes - 1) / kFixedPieceBytes);
+    // Commands in flight keep their pages: the kernel drops a registered
+    // buffer only once nothing uses it.
+    std::vector<iovec> empty(pieces, iovec{nullptr, 0});
+    for (auto& r : rings_) {
+      io_uring_register_buffers_update_tag(&r->uring, it->first_slot, empty.data(), nullptr,
+                                           pieces);
+    }
+    for (unsigned k = it->first_slot; k < it->first_slot + pieces; ++k) slot_used_[k] = false;
+    it = regions_.erase(it);
+  }
+}
 
 IoEngineStats IoEngine::stats() const {
   IoEngineStats s;

@@ -24,7 +24,7 @@ void CachedChunk::Finish(bool ok) {
   for (auto& fn : w) fn(ok);
 }
 
-ChunkCache::ChunkCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
+ChunkCache::ChunkCache(BuddyArena& arena) : arena_(arena), budget_(arena.region_bytes()) {}
 ChunkCache::~ChunkCache() { Clear(); }
 
 std::shared_ptr<CachedChunk> ChunkCache::Get(uint64_t owner, uint64_t chunk, uint64_t version,
@@ -48,7 +48,7 @@ std::shared_ptr<CachedChunk> ChunkCache::Get(uint64_t owner, uint64_t chunk, uin
 void ChunkCache::EraseLocked(std::map<Key, Slot>::iterator it) {
   auto& c = it->second.chunk;
   if (c->prefetched && !c->used.load()) wasted_.fetch_add(c->capacity, std::memory_order_relaxed);
-  bytes_ -= c->capacity;
+  bytes_ -= c->data.size();
   lru_.erase(it->second.lru);
   slots_.erase(it);
 }
@@ -79,9 +79,12 @@ std::shared_ptr<CachedChunk> ChunkCache::StartLoad(uint64_t owner, uint64_t chun
     if (it->second.chunk->version == version) return nullptr;
     EraseLocked(it);  // an older version
   }
-  if (!MakeRoomLocked(capacity)) return nullptr;
+  if (capacity == 0 || capacity > BuddyArena::kMaxBlock) return nullptr;
+  if (!MakeRoomLocked(BuddyArena::BlockBytes(capacity))) return nullptr;
   auto c = std::make_shared<CachedChunk>();
-  c->data = LargeBuffer::Allocate(capacity);
+  // Evicted entries that a reader still holds keep their blocks a while,
+  // and the room made may be in pieces: then there is no entry.
+  c->data = arena_.Allocate(capacity);
   if (!c->data) return nullptr;
   c->capacity = capacity;
   c->version = version;
@@ -89,7 +92,7 @@ std::shared_ptr<CachedChunk> ChunkCache::StartLoad(uint64_t owner, uint64_t chun
   if (prefetch) prefetched_.fetch_add(capacity, std::memory_order_relaxed);
   lru_.push_front({owner, chunk});
   slots_.emplace(Key{owner, chunk}, Slot{c, lru_.begin()});
-  bytes_ += capacity;
+  bytes_ += c->data.size();
   return c;
 }
 

@@ -12,9 +12,12 @@
 // stale entry can never be hit; fs/ also erases such entries at once to give
 // their memory back.
 //
-// Memory: entries (loading or ready) never total more than the budget;
-// StartLoad() evicts least-recently-used ready entries and refuses (returns
-// null) when the budget is taken by loads still in flight.
+// Memory: entries are blocks of a BuddyArena (registered with the io engine,
+// so loads into them are READ_FIXED), and the arena is the budget: entries
+// (loading or ready) never hold more than its bytes. StartLoad() evicts
+// least-recently-used ready entries and refuses (returns null) when loads
+// still in flight hold the room, or when the room it made is not one block
+// (fragmentation; the read then goes around the cache).
 //
 // Thread safety: all methods are safe from any thread. Waiter callbacks run
 // on the thread that calls Finish(), without any cache lock held.
@@ -31,7 +34,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/large_buffer.h"
+#include "common/buddy_arena.h"
 #include "fs/file_system.h"
 
 namespace kvfs::fs {
@@ -39,7 +42,7 @@ namespace kvfs::fs {
 struct CachedChunk {
   enum class State { kLoading, kReady, kFailed };
 
-  LargeBuffer data;  // kBlockSize aligned, at least `capacity` bytes
+  ArenaBlock data;  // kBlockSize aligned, at least `capacity` bytes; not zeroed
   uint64_t capacity = 0;
   uint64_t version = 0;
   bool prefetched = false;
@@ -65,15 +68,17 @@ using CacheCounters = CacheStats;
 
 class ChunkCache {
  public:
-  explicit ChunkCache(uint64_t budget_bytes);
+  // `arena` must outlive the cache and every entry it handed out.
+  explicit ChunkCache(BuddyArena& arena);
   ~ChunkCache();
 
   // The entry of (owner, chunk) if it holds `version`; bumps it in the LRU.
   // Counts a hit, and a miss unless !count_miss (the caller looks again).
   std::shared_ptr<CachedChunk> Get(uint64_t owner, uint64_t chunk, uint64_t version,
                                    bool count_miss = true);
-  // A new loading entry for (owner, chunk, version) of `capacity` bytes, or
-  // null if one already exists or the budget cannot make room.
+  // A new loading entry for (owner, chunk, version) of `capacity` bytes
+  // (at most BuddyArena::kMaxBlock; its bytes are not zeroed), or null if
+  // one already exists or no room can be made.
   std::shared_ptr<CachedChunk> StartLoad(uint64_t owner, uint64_t chunk, uint64_t version,
                                          uint64_t capacity, bool prefetch);
   void Erase(uint64_t owner, uint64_t chunk);
@@ -93,6 +98,7 @@ class ChunkCache {
   void EraseLocked(std::map<Key, Slot>::iterator it);
   bool MakeRoomLocked(uint64_t need);
 
+  BuddyArena& arena_;
   const uint64_t budget_;
   mutable std::mutex mu_;
   std::map<Key, Slot> slots_;  // GUARDED_BY(mu_)

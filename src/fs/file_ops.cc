@@ -683,6 +683,26 @@ std::shared_ptr<CachedChunk> FileSystem::Impl::CachedWhole(const InodeRef& i, ui
 
 // ------------------------------------------------------------ prefetch
 
+std::shared_ptr<CachedChunk> FileSystem::Impl::StartChunkLoad(const InodeRef& i, uint64_t ci,
+                                                              const ChunkState& cs, bool prefetch) {
+  const uint64_t cstart = ci * kChunkBytes;
+  uint64_t capacity = 0;
+  for (const auto& fe : cs.extents) capacity = std::max(capacity, fe.file_off + fe.ext.len - cstart);
+  auto entry = cache_->StartLoad(i->token, ci, cs.installed_seq, capacity, prefetch);
+  if (!entry) return nullptr;
+  // Cache memory is reused, not fresh: what no extent covers (a hole) must
+  // read as zeros.
+  std::vector<std::pair<uint64_t, uint64_t>> covered;
+  for (const auto& fe : cs.extents) covered.push_back({fe.file_off - cstart, fe.file_off - cstart + fe.ext.len});
+  std::sort(covered.begin(), covered.end());
+  uint64_t pos = 0;
+  for (const auto& [a, b] : covered) {
+    if (a > pos) std::memset(entry->data.get() + pos, 0, a - pos);
+    pos = std::max(pos, b);
+  }
+  return entry;
+}
+
 uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch) {
   if (!inode->is_reg() || inode->deleted) return 0;
   if (inode->rec.size > options_.prefetch_file_max_bytes) return 0;
@@ -693,12 +713,10 @@ uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::I
     if (cs.staged || cs.inflight || cs.extents.empty()) continue;
     if (cache_->unused_prefetch_bytes() >= options_.prefetch_budget_bytes) break;
     const uint64_t cstart = ci * kChunkBytes;
-    uint64_t capacity = 0;
-    for (const auto& fe : cs.extents) capacity = std::max(capacity, fe.file_off + fe.ext.len - cstart);
-    auto entry = cache_->StartLoad(inode->token, ci, cs.installed_seq, capacity, true);
+    auto entry = StartChunkLoad(inode, ci, cs, true);
     if (!entry) continue;  // cached already, or no room
     ++loads;
-    bytes += capacity;
+    bytes += entry->capacity;
     auto left = std::make_shared<std::atomic<size_t>>(cs.extents.size());
     auto ok = std::make_shared<std::atomic<bool>>(true);
     for (const auto& fe : cs.extents) {

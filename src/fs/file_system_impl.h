@@ -80,7 +80,8 @@ void DropLink(InodeState& v, const InodeRef& ref, Change& c, std::mutex& table_m
 
 class FileSystem::Impl {
  public:
-  Impl(volume::Volume& volume, const FileSystemOptions& options);
+  Impl(volume::Volume& volume, const FileSystemOptions& options,
+       std::unique_ptr<BuddyArena> cache_arena);
   ~Impl();
 
   // --- file_system.cc
@@ -256,6 +257,11 @@ class FileSystem::Impl {
   // device reads are appended there for the caller to submit on the
   // prefetch lane (one submission for many files) instead of submitted now.
   // REQUIRES: inode->mu held.
+  // A loading cache entry for chunk `ci` (state `cs`) of `i`, sized to its
+  // extents, with the bytes between them zeroed; null if the chunk is
+  // cached already or there is no room.
+  std::shared_ptr<CachedChunk> StartChunkLoad(const InodeRef& i, uint64_t ci, const ChunkState& cs,
+                                              bool prefetch);
   uint64_t Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr);
   // Lookup-driven prefetch runs on prefetch_thread_, so that a stat storm's
   // replies do not wait for cache allocation and I/O submission. Queues at
@@ -338,6 +344,8 @@ class FileSystem::Impl {
 
   std::atomic<uint64_t> next_token_{1};
   FsMetrics metrics_;
+  // The cache's memory; destroyed after the cache and its entries.
+  std::unique_ptr<BuddyArena> cache_arena_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<Committer> committer_;
 

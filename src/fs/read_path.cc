@@ -49,9 +49,7 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
     if (cached && cached->state() == CachedChunk::State::kFailed) cached.reset();
     if (!cached && verifier_.enabled()) {
       // verify=on: load the whole chunk once, checked (fs/read_verify.h).
-      uint64_t capacity = 0;
-      for (const auto& fe : cs.extents) capacity = std::max(capacity, fe.file_off + fe.ext.len - cstart);
-      cached = cache_->StartLoad(i->token, ci, cs.installed_seq, capacity, false);
+      cached = StartChunkLoad(i, ci, cs, false);
       if (cached) {
         i->reads_inflight++;
         {

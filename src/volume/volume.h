@@ -68,6 +68,10 @@ class Volume {
   device::BlockIo& io() { return *io_; }
   // The engine's registered staging pool (bounded dirty memory).
   device::BufferPool& buffers() { return engine_->buffers(); }
+  // IoEngine::RegisterRegion / UnregisterRegion: memory that device I/O
+  // uses without per-I/O page pinning (the RAM cache's arena).
+  Status RegisterMemory(const void* base, size_t len) { return engine_->RegisterRegion(base, len); }
+  void UnregisterMemory(const void* base, size_t len) { engine_->UnregisterRegions(base, len); }
   const std::vector<device::Superblock>& superblocks() const { return superblocks_; }
   // The engine's options with the ring count resolved.
   const device::IoEngineOptions& engine_options() const { return engine_->options(); }
