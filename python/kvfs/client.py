@@ -44,6 +44,7 @@ from . import abi
 from ._memory import Pinned, address_of
 
 _PAGE = 4096
+_HUGE = 2 << 20
 # A full call of name-only entries fits (4096 x 64 + names of ~150 bytes);
 # untouched pages of the memfd cost nothing.
 _MIN_TABLE_BYTES = 1 << 20
@@ -67,6 +68,27 @@ def _encode(name):
         return name.encode(_FS_ENCODING, _FS_ERRORS)
     name = os.fspath(name)
     return name.encode(_FS_ENCODING, _FS_ERRORS) if isinstance(name, str) else bytes(name)
+
+
+def _huge_memfd(size):
+    """(memfd, mmap) of `size` bytes in 2 MiB huge pages when the machine has
+    them reserved (vm.nr_hugepages) and `size` is a multiple of 2 MiB, else
+    (-1, None). Device I/O into huge pages is faster (one scatter-gather
+    segment per 2 MiB instead of one per 4 KiB). The mapping reserves its
+    pages at once, so a shortage shows here and falls back, never later as
+    a fault."""
+    if size % _HUGE != 0 or not hasattr(os, "MFD_HUGETLB"):
+        return -1, None
+    try:
+        fd = os.memfd_create("kvfs-buffer", os.MFD_CLOEXEC | os.MFD_HUGETLB)
+    except OSError:
+        return -1, None
+    try:
+        os.ftruncate(fd, size)
+        return fd, mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError:
+        os.close(fd)
+        return -1, None
 
 
 def _ioctl(fd, request, args):
@@ -163,10 +185,12 @@ class Buffer:
         self._memfd = -1
         self._fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0)
         try:
-            self._memfd = os.memfd_create("kvfs-buffer", os.MFD_CLOEXEC)
-            os.ftruncate(self._memfd, self.size)
-            self._mmap = mmap.mmap(self._memfd, self.size, mmap.MAP_SHARED,
-                                   mmap.PROT_READ | mmap.PROT_WRITE)
+            self._memfd, self._mmap = _huge_memfd(self.size)
+            if self._mmap is None:
+                self._memfd = os.memfd_create("kvfs-buffer", os.MFD_CLOEXEC)
+                os.ftruncate(self._memfd, self.size)
+                self._mmap = mmap.mmap(self._memfd, self.size, mmap.MAP_SHARED,
+                                       mmap.PROT_READ | mmap.PROT_WRITE)
             self.address = address_of(self._mmap)
             out = _ioctl(self._fd, abi.IOC_REGISTER,
                          abi.REGISTER_ARGS.pack(abi.ABI_VERSION, self._memfd, self.size, 0, 0))

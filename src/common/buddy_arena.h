@@ -65,8 +65,9 @@ class BuddyArena {
   static constexpr size_t kMaxBlock = kMinBlock << kMaxOrder;
   static constexpr size_t kPieceBytes = size_t{64} << 20;
 
-  // Called (under the arena's lock) with each piece of the region, at most
-  // kPieceBytes, before a block in it is first handed out.
+  // Called with each piece of the region, at most kPieceBytes, before a
+  // block in it is first handed out; under the arena's lock, so it should
+  // only queue the work (fs/cache_registrar.h).
   using PieceHook = std::function<void(const char* base, size_t len)>;
 
   // A region of `bytes` rounded down to whole kMaxBlock blocks (0: an arena

@@ -678,42 +678,56 @@ void IoEngine::UnregisterRegions(const void* base, size_t len) {
 Status IoEngine::Impl::RegisterRegion(const char* base, size_t len) {
   if (len == 0) return Status::OK();
   const unsigned pieces = static_cast<unsigned>((len + kFixedPieceBytes - 1) / kFixedPieceBytes);
-  std::unique_lock<std::shared_mutex> l(regions_mu_);
-  // The first run of `pieces` free slots.
-  unsigned first = 0, run = 0;
-  for (unsigned k = 0; k < kFixedSlots && run < pieces; ++k) {
-    if (slot_used_[k]) {
-      run = 0;
-      first = k + 1;
-    } else {
-      ++run;
+  unsigned first = 0;
+  {
+    // Reserve the first run of `pieces` free slots. The lock is not held
+    // while the kernel pins the pages (100+ ms for 64 MiB): every Submit()
+    // takes it.
+    std::unique_lock<std::shared_mutex> l(regions_mu_);
+    unsigned run = 0;
+    for (unsigned k = 0; k < kFixedSlots && run < pieces; ++k) {
+      if (slot_used_[k]) {
+        run = 0;
+        first = k + 1;
+      } else {
+        ++run;
+      }
     }
-  }
-  if (run < pieces) {
-    return Status::Error(ENOSPC, "io engine: no " + std::to_string(pieces) +
-                                     " free registered-buffer slots");
+    if (run < pieces) {
+      return Status::Error(ENOSPC, "io engine: no " + std::to_string(pieces) +
+                                       " free registered-buffer slots");
+    }
+    for (unsigned k = first; k < first + pieces; ++k) slot_used_[k] = true;
   }
   std::vector<iovec> iovs;
   for (size_t off = 0; off < len; off += kFixedPieceBytes) {
     iovs.push_back(iovec{const_cast<char*>(base) + off, std::min(kFixedPieceBytes, len - off)});
   }
-  for (size_t i = 0; i < rings_.size(); ++i) {
-    int ret = io_uring_register_buffers_update_tag(&rings_[i]->uring, first, iovs.data(), nullptr,
-                                                   pieces);
+  Status st;
+  size_t done = 0;
+  for (; done < rings_.size(); ++done) {
+    int ret = io_uring_register_buffers_update_tag(&rings_[done]->uring, first, iovs.data(),
+                                                   nullptr, pieces);
     if (ret < 0) {
-      // Take it out of the rings that have it: a region is in all or none.
-      std::vector<iovec> empty(pieces, iovec{nullptr, 0});
-      for (size_t j = 0; j < i; ++j) {
-        io_uring_register_buffers_update_tag(&rings_[j]->uring, first, empty.data(), nullptr,
-                                             pieces);
-      }
-      return Status::Error(-ret, "io engine: registering " + std::to_string(len) +
-                                     " bytes of buffers (RLIMIT_MEMLOCK?)");
+      st = Status::Error(-ret, "io engine: registering " + std::to_string(len) +
+                                   " bytes of buffers (RLIMIT_MEMLOCK?)");
+      break;
     }
   }
-  for (unsigned k = first; k < first + pieces; ++k) slot_used_[k] = true;
-  regions_.push_back({base, len, first});
-  return Status::OK();
+  if (!st.ok()) {
+    // Take it out of the rings that have it: a region is in all or none.
+    std::vector<iovec> empty(pieces, iovec{nullptr, 0});
+    for (size_t j = 0; j < done; ++j) {
+      io_uring_register_buffers_update_tag(&rings_[j]->uring, first, empty.data(), nullptr, pieces);
+    }
+  }
+  std::unique_lock<std::shared_mutex> l(regions_mu_);
+  if (st.ok()) {
+    regions_.push_back({base, len, first});  // commands may use it from now on
+  } else {
+    for (unsigned k = first; k < first + pieces; ++k) slot_used_[k] = false;
+  }
+  return st;
 }
 
 void IoEngine::Impl::UnregisterRegions(const char* base, size_t len) {

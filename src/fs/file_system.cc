@@ -27,11 +27,13 @@ io::SchedulerOptions FileSystem::Impl::LaneOptions(const volume::Volume& volume,
 }
 
 FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
+                       std::unique_ptr<CacheRegistrar> cache_registrar,
                        std::unique_ptr<BuddyArena> cache_arena)
     : volume_(volume),
       sched_(std::make_unique<io::Scheduler>(volume.io(), LaneOptions(volume, options))),
       pool_(volume.buffers()),
       options_(options),
+      cache_registrar_(std::move(cache_registrar)),
       cache_arena_(std::move(cache_arena)),
       cache_(std::make_unique<ChunkCache>(*cache_arena_)) {
   committer_ = std::make_unique<Committer>(
@@ -50,7 +52,8 @@ FileSystem::Impl::~Impl() {
   prefetch_cv_.notify_one();
   prefetch_thread_.join();  // before the scheduler it submits to goes
   sched_.reset();  // every request completes (their callbacks may queue changes)
-  // No I/O into the cache is left.
+  // No I/O into the cache is left, and nothing registers any more.
+  cache_registrar_->Stop();
   volume_.UnregisterMemory(cache_arena_->region(), cache_arena_->region_bytes());
   committer_.reset();
   std::lock_guard<std::mutex> l(table_mu_);
@@ -573,18 +576,15 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
                                                        const FileSystemOptions& options) {
   if (volume.read_only()) return Status::Error(EROFS, "FileSystem needs a read-write volume");
   KVFS_RETURN_IF_ERROR(Impl::LaneOptions(volume, options).Validate());
-  // Registered, reads into the cache skip the kernel's page pinning per I/O;
-  // without it (no room in RLIMIT_MEMLOCK) they only cost more.
-  auto register_piece = [&volume, warned = false](const char* base, size_t len) mutable {
-    Status st = volume.RegisterMemory(base, len);
-    if (!st.ok() && !std::exchange(warned, true)) {
-      spdlog::warn("RAM cache memory is not registered with io_uring, reads will be slower: {}",
-                   st.ToString());
-    }
-  };
-  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<BuddyArena> arena,
-                        BuddyArena::Create(options.cache_bytes, std::move(register_piece)));
-  auto impl = std::make_unique<Impl>(volume, options, std::move(arena));
+  // Registered, reads into the cache skip the kernel's page pinning per I/O
+  // (a piece at a time, in the background: see cache_registrar.h).
+  auto registrar = std::make_unique<CacheRegistrar>(volume);
+  KVFS_ASSIGN_OR_RETURN(
+      std::unique_ptr<BuddyArena> arena,
+      BuddyArena::Create(options.cache_bytes, [r = registrar.get()](const char* base, size_t len) {
+        r->Enqueue(base, len);
+      }));
+  auto impl = std::make_unique<Impl>(volume, options, std::move(registrar), std::move(arena));
   KVFS_ASSIGN_OR_RETURN(InodeRef root, impl->GetInode(kRootIno));
   {
     std::lock_guard<std::mutex> l(impl->table_mu_);

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fs/cache_registrar.h"
 #include "fs/chunk_cache.h"
 #include "common/format.h"
 #include "common/large_buffer.h"
@@ -81,7 +82,7 @@ void DropLink(InodeState& v, const InodeRef& ref, Change& c, std::mutex& table_m
 class FileSystem::Impl {
  public:
   Impl(volume::Volume& volume, const FileSystemOptions& options,
-       std::unique_ptr<BuddyArena> cache_arena);
+       std::unique_ptr<CacheRegistrar> cache_registrar, std::unique_ptr<BuddyArena> cache_arena);
   ~Impl();
 
   // --- file_system.cc
@@ -345,6 +346,7 @@ class FileSystem::Impl {
   std::atomic<uint64_t> next_token_{1};
   FsMetrics metrics_;
   // The cache's memory; destroyed after the cache and its entries.
+  std::unique_ptr<CacheRegistrar> cache_registrar_;
   std::unique_ptr<BuddyArena> cache_arena_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<Committer> committer_;
