@@ -92,7 +92,9 @@ KVFS_API int kvfs_batch_raw(int dirfd, uint64_t table_id, uint64_t table_off, ui
 struct kvfs_buffer;
 
 /* Creates a buffer of `size` bytes rounded up to a multiple of 4096 (zero
- * filled) and registers it through `fd`. The buffer keeps its own duplicate
+ * filled) and registers it through `fd`. A size that is a multiple of 2 MiB
+ * gets 2 MiB huge pages when the machine has them reserved
+ * (vm.nr_hugepages): device I/O into them is faster. The buffer keeps its own duplicate
  * of `fd`, so the caller may close `fd` at once; the registration ends at
  * kvfs_buffer_destroy. Stores the new buffer in *out (caller owns it).
  * Returns 0, or -EINVAL (size 0 or above KVFS_REGISTER_MAX_BYTES), -ENOMEM,

@@ -312,7 +312,8 @@ class Client:
     # ---- Memory.
 
     def register(self, size):
-        """A new registered Buffer of `size` bytes (rounded up to 4096). At
+        """A new registered Buffer of `size` bytes (rounded up to 4096; a
+        multiple of 2 MiB gets huge pages when vm.nr_hugepages has them). At
         most abi.MAX_REGISTRATIONS per process (each thread using this client
         also holds one for its tables). Client.close() closes it too.
         OSError on failure."""

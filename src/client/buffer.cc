@@ -20,6 +20,29 @@ struct kvfs_buffer {
 namespace {
 
 constexpr size_t kPage = 4096;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// A memfd of `size` bytes in 2 MiB huge pages, mapped, when the machine has
+// them reserved (vm.nr_hugepages) and `size` is a multiple of 2 MiB: device
+// I/O into huge pages is faster (one scatter-gather segment per 2 MiB, not
+// per 4 KiB). The mapping reserves its pages at once, so a shortage shows
+// here (and falls back to ordinary pages), never later as a fault.
+bool MapHuge(kvfs_buffer* b) {
+  if (b->size % kHugePage != 0) return false;
+  int fd = memfd_create("kvfs-buffer", MFD_CLOEXEC | MFD_HUGETLB);
+  if (fd < 0) return false;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(b->size)) == 0) {
+    p = mmap(nullptr, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    close(fd);
+    return false;
+  }
+  b->mem_fd = fd;
+  b->data = p;
+  return true;
+}
 
 void Release(kvfs_buffer* b) {
   if (b->data != nullptr) munmap(b->data, b->size);
@@ -42,6 +65,8 @@ int kvfs_buffer_create(int fd, size_t size, kvfs_buffer** out) {
   b->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (b->fd < 0) {
     rc = -errno;
+  } else if (MapHuge(b)) {
+    rc = kvfs_register(b->fd, b->mem_fd, size, &b->id);
   } else if ((b->mem_fd = memfd_create("kvfs-buffer", MFD_CLOEXEC)) < 0) {
     rc = -errno;
   } else if (ftruncate(b->mem_fd, static_cast<off_t>(size)) != 0) {

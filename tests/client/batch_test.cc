@@ -17,6 +17,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "kvfs/kvfs.h"
 #include "kvfs/kvfs.hpp"
 #include "util/pattern.h"
@@ -127,6 +130,61 @@ TEST_F(Mounted, WriteThenReadRoundTripsByteExactAtAlignedAndUnalignedSizes) {
   kvfs_table_destroy(t);
   EXPECT_EQ(kvfs_buffer_destroy(in), 0);
   EXPECT_EQ(kvfs_buffer_destroy(out), 0);
+}
+
+// KernelPageSize (KiB) of this process's mapping that holds `p`; 0 if none.
+long KernelPageKib(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= addr && addr < hi;
+    } else if (inside && line.rfind("KernelPageSize:", 0) == 0) {
+      return std::strtol(line.c_str() + 15, nullptr, 10);
+    }
+  }
+  return 0;
+}
+
+// Run by test_client_lib.py with huge pages reserved (vm.nr_hugepages).
+TEST_F(Mounted, HugePageBuffersWhenReservedMoveBytesExactly) {
+  if (std::getenv("KVFS_TEST_HUGE_PAGES") == nullptr) GTEST_SKIP() << "no huge pages reserved";
+  const size_t kKey = 1 << 20;
+  kvfs_buffer* buf = nullptr;
+  ASSERT_EQ(kvfs_buffer_create(dir_, 4 * kKey, &buf), 0);
+  EXPECT_EQ(KernelPageKib(kvfs_buffer_data(buf)), 2048);
+  kvfs_buffer* small = nullptr;
+  ASSERT_EQ(kvfs_buffer_create(dir_, 256 << 10, &small), 0);
+  EXPECT_EQ(KernelPageKib(kvfs_buffer_data(small)), 4);  // not a multiple of 2 MiB
+  kvfs_buffer_destroy(small);
+  char* b = static_cast<char*>(kvfs_buffer_data(buf));
+  std::vector<std::string> names;
+  std::vector<const char*> cnames;
+  std::vector<uint64_t> offs, lens;
+  for (int i = 0; i < 4; i++) names.push_back(Key(i));
+  for (int i = 0; i < 4; i++) {
+    cnames.push_back(names[i].c_str());
+    offs.push_back(i * kKey);
+    lens.push_back(kKey);
+    std::string data = Pattern(kKey, 300 + i);
+    std::memcpy(b + i * kKey, data.data(), kKey);
+  }
+  kvfs_table* t = nullptr;
+  ASSERT_EQ(kvfs_table_create(dir_, 4, 0, &t), 0);
+  int st[4];
+  uint64_t got[4];
+  ASSERT_EQ(kvfs_write_batch(dir_, t, 4, cnames.data(), buf, offs.data(), lens.data(), st, got), 0);
+  std::memset(b, 0, 4 * kKey);
+  ASSERT_EQ(kvfs_read_batch(dir_, t, 4, cnames.data(), buf, offs.data(), lens.data(), st, got), 0);
+  for (int i = 0; i < 4; i++) {
+    EXPECT_EQ(std::string(b + i * kKey, kKey), Pattern(kKey, 300 + i)) << i;
+    EXPECT_EQ(PosixRead(names[i]), Pattern(kKey, 300 + i)) << i;
+  }
+  kvfs_table_destroy(t);
+  EXPECT_EQ(kvfs_buffer_destroy(buf), 0);
 }
 
 TEST_F(Mounted, ReadsARangeAndStopsAtEndOfFile) {
