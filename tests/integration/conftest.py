@@ -283,3 +283,25 @@ def make_volume(workdir):
     yield make
     for v in made:
         v.mount.kill()
+
+
+@pytest.fixture
+def huge_pages():
+    """Reserves 8 more 2 MiB huge pages (vm.nr_hugepages) for the test and
+    gives them back after it; skips where the kernel gives none."""
+    knob = "/proc/sys/vm/nr_hugepages"
+    with open(knob) as f:
+        before = int(f.read())
+    try:
+        with open(knob, "w") as f:
+            f.write(str(before + 8))
+    except OSError as e:
+        pytest.skip(f"cannot reserve huge pages: {e}")
+    try:
+        with open(knob) as f:
+            if int(f.read()) < before + 4:
+                pytest.skip("the kernel reserved no huge pages")
+        yield
+    finally:
+        with open(knob, "w") as f:
+            f.write(str(before))

@@ -26,27 +26,11 @@ def test_c_client_batches_on_a_real_mount(vol):
     assert ran and int(ran.group(1)) >= 10, r.stdout[-2000:]
 
 
-def test_c_client_buffers_take_reserved_huge_pages(vol):
+def test_c_client_buffers_take_reserved_huge_pages(vol, huge_pages):
     if not CLIENT_TEST_BIN or not os.access(CLIENT_TEST_BIN, os.X_OK):
         pytest.fail(f"KVFS_CLIENT_TEST_BIN={CLIENT_TEST_BIN!r} must name tests/client/client_test")
-    knob = "/proc/sys/vm/nr_hugepages"
-    with open(knob) as f:
-        before = int(f.read())
-    try:
-        with open(knob, "w") as f:
-            f.write(str(before + 8))
-    except OSError as e:
-        pytest.skip(f"cannot reserve huge pages: {e}")
-    try:
-        with open(knob) as f:
-            if int(f.read()) < before + 4:
-                pytest.skip("the kernel reserved no huge pages")
-        r = subprocess.run([CLIENT_TEST_BIN, "--gtest_filter=Mounted.HugePage*", "--gtest_brief=1"],
-                           env={**os.environ, "KVFS_TEST_MOUNT": vol.path,
-                                "KVFS_TEST_HUGE_PAGES": "1"},
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=150)
-        assert r.returncode == 0, f"client_test failed (exit {r.returncode}):\n{r.stdout[-20000:]}"
-        assert re.search(r"\[  PASSED  \] 1 test", r.stdout), r.stdout[-2000:]
-    finally:
-        with open(knob, "w") as f:
-            f.write(str(before))
+    r = subprocess.run([CLIENT_TEST_BIN, "--gtest_filter=Mounted.HugePage*", "--gtest_brief=1"],
+                       env={**os.environ, "KVFS_TEST_MOUNT": vol.path, "KVFS_TEST_HUGE_PAGES": "1"},
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=150)
+    assert r.returncode == 0, f"client_test failed (exit {r.returncode}):\n{r.stdout[-20000:]}"
+    assert re.search(r"\[  PASSED  \] 1 test", r.stdout), r.stdout[-2000:]

@@ -132,42 +132,27 @@ def kernel_page_kib(address):
     raise AssertionError(f"no mapping holds {address:#x}")
 
 
-def test_buffers_take_reserved_huge_pages_and_move_bytes_exactly(vol, client):
+def test_buffers_take_reserved_huge_pages_and_move_bytes_exactly(vol, client, huge_pages):
     # With huge pages reserved, a buffer whose size is a multiple of 2 MiB
     # is made of them (faster device I/O); others keep 4 KiB pages.
-    knob = "/proc/sys/vm/nr_hugepages"
-    with open(knob) as f:
-        before = int(f.read())
-    try:
-        with open(knob, "w") as f:
-            f.write(str(before + 8))
-    except OSError as e:
-        pytest.skip(f"cannot reserve huge pages: {e}")
-    try:
-        with open(knob) as f:
-            if int(f.read()) < before + 4:
-                pytest.skip("the kernel reserved no huge pages")
-        huge = client.register(4 * MiB)
-        small = client.register(256 * KiB)
-        assert kernel_page_kib(huge.address) == 2048
-        assert kernel_page_kib(small.address) == 4
-        names = [f"hp-{i}" for i in range(4)]
-        for i in range(4):
-            huge.view(i * MiB, MiB)[:] = payload(("hp", i), MiB)
-        res = client.write_batch([(names[i], huge.view(i * MiB, MiB)) for i in range(4)])
-        assert all(r.ok for r in res), res
-        huge.view()[:] = b"\0" * (4 * MiB)
-        res = client.read_batch(names, huge, size=MiB)
-        assert [r.value for r in res] == [MiB] * 4
-        for i in range(4):
-            assert bytes(huge.view(i * MiB, MiB)) == payload(("hp", i), MiB), i
-            with open(vol.p(names[i]), "rb") as f:
-                assert f.read() == payload(("hp", i), MiB), i
-        huge.close()
-        small.close()
-    finally:
-        with open(knob, "w") as f:
-            f.write(str(before))
+    huge = client.register(4 * MiB)
+    small = client.register(256 * KiB)
+    assert kernel_page_kib(huge.address) == 2048
+    assert kernel_page_kib(small.address) == 4
+    names = [f"hp-{i}" for i in range(4)]
+    for i in range(4):
+        huge.view(i * MiB, MiB)[:] = payload(("hp", i), MiB)
+    res = client.write_batch([(names[i], huge.view(i * MiB, MiB)) for i in range(4)])
+    assert all(r.ok for r in res), res
+    huge.view()[:] = b"\0" * (4 * MiB)
+    res = client.read_batch(names, huge, size=MiB)
+    assert [r.value for r in res] == [MiB] * 4
+    for i in range(4):
+        assert bytes(huge.view(i * MiB, MiB)) == payload(("hp", i), MiB), i
+        with open(vol.p(names[i]), "rb") as f:
+            assert f.read() == payload(("hp", i), MiB), i
+    huge.close()  # before the fixture gives the pages back
+    small.close()
 
 
 def test_exists_batch_takes_every_kind_of_name(vol, client):
