@@ -11,6 +11,8 @@
 // Output: one line per finding on stdout, then a summary; with --json one
 // JSON object on stdout instead. Operational errors also go to stderr.
 // Progress (percent, MB/s, ETA) is drawn on stderr only when it is a TTY.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +28,9 @@ using kvfs::fsck::kExitUsage;
 }  // namespace
 
 int main(int argc, char** argv) {
+  // RocksDB's messages (the index logs through spdlog) go to stderr, never
+  // into what this prints on stdout.
+  spdlog::set_default_logger(spdlog::stderr_color_st("rocksdb"));
   CLI::App app{"Check and repair a kvfs volume (devices or image files and its index)."};
   app.name("fsck.kvfs");
   app.footer(

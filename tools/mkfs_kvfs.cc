@@ -1,5 +1,7 @@
 // mkfs.kvfs: format devices (or image files) as a kvfs volume and create its
 // index. See man/mkfs.kvfs.8.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -8,6 +10,9 @@
 #include "volume/format_volume.h"
 
 int main(int argc, char** argv) {
+  // RocksDB's messages (the index logs through spdlog) go to stderr, never
+  // into what this prints on stdout.
+  spdlog::set_default_logger(spdlog::stderr_color_st("rocksdb"));
   CLI::App app{"Format devices or image files as a kvfs volume and create its RocksDB index."};
   app.name("mkfs.kvfs");
   std::vector<std::string> devices;

@@ -11,7 +11,7 @@ ArenaBlock& ArenaBlock::operator=(ArenaBlock&& o) noexcept {
   if (this != &o) {
     Release();
     arena_ = std::exchange(o.arena_, nullptr);
-    data_ = o.data_;
+    data_ = std::exchange(o.data_, nullptr);
     order_ = o.order_;
   }
   return *this;

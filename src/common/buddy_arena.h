@@ -38,7 +38,9 @@ class ArenaBlock {
  public:
   ArenaBlock() = default;
   ArenaBlock(ArenaBlock&& o) noexcept
-      : arena_(std::exchange(o.arena_, nullptr)), data_(o.data_), order_(o.order_) {}
+      : arena_(std::exchange(o.arena_, nullptr)),
+        data_(std::exchange(o.data_, nullptr)),
+        order_(o.order_) {}
   ArenaBlock& operator=(ArenaBlock&& o) noexcept;
   ArenaBlock(const ArenaBlock&) = delete;
   ArenaBlock& operator=(const ArenaBlock&) = delete;

@@ -240,9 +240,13 @@ Status IoEngine::Impl::Init() {
       return Status::Error(-ret, "io engine: io_uring_register_files on ring " + std::to_string(i));
     }
     // An empty table: regions are put in (and taken out) while running.
-    ret = io_uring_register_buffers_sparse(u, kFixedSlots);
+    // Empty iovecs rather than io_uring_register_buffers_sparse: that needs
+    // Linux 5.19, this 5.13.
+    std::vector<iovec> empty(kFixedSlots, iovec{nullptr, 0});
+    std::vector<__u64> tags(kFixedSlots, 0);
+    ret = io_uring_register_buffers_tags(u, empty.data(), tags.data(), kFixedSlots);
     if (ret < 0) {
-      return Status::Error(-ret, "io engine: io_uring_register_buffers_sparse on ring " +
+      return Status::Error(-ret, "io engine: registering an empty buffer table on ring " +
                                      std::to_string(i));
     }
   }
@@ -706,11 +710,14 @@ Status IoEngine::Impl::RegisterRegion(const char* base, size_t len) {
   Status st;
   size_t done = 0;
   for (; done < rings_.size(); ++done) {
+    // The kernel updates slots one by one and says how many it did: fewer
+    // than asked is a failure too (the rest were not pinned).
     int ret = io_uring_register_buffers_update_tag(&rings_[done]->uring, first, iovs.data(),
                                                    nullptr, pieces);
-    if (ret < 0) {
-      st = Status::Error(-ret, "io engine: registering " + std::to_string(len) +
-                                   " bytes of buffers (RLIMIT_MEMLOCK?)");
+    if (ret != static_cast<int>(pieces)) {
+      st = Status::Error(ret < 0 ? -ret : ENOMEM, "io engine: registering " + std::to_string(len) +
+                                                      " bytes of buffers (RLIMIT_MEMLOCK?)");
+      ++done;  // this ring may hold some of the slots: cleared below
       break;
     }
   }

@@ -83,7 +83,9 @@ class IoEngine : public BlockIo {
   // (ENOMEM: the memlock limit). The staging pool is registered by Create().
   Status RegisterRegion(const void* base, size_t len);
   // Ends every registration whose region starts in [base, base + len).
-  // Commands already issued keep their pages until they complete.
+  // REQUIRES: no I/O into those regions is submitted or in flight (a
+  // command queued in the engine would find its slot empty: EFAULT), and
+  // none of them is being registered.
   void UnregisterRegions(const void* base, size_t len);
   // The options in effect (rings resolved to the actual ring count).
   const IoEngineOptions& options() const;

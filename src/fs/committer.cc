@@ -75,6 +75,11 @@ Status Committer::Drain(bool sync) {
   return result;
 }
 
+Status Committer::failure() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return failed_;
+}
+
 void Committer::Run() {
   Status failed;  // sticky: after a failed device flush nothing more is committed
   for (;;) {
@@ -109,6 +114,8 @@ void Committer::Run() {
       if (!st.ok()) {
         spdlog::error("device flush failed, no further index commits: {}", st.ToString());
         failed = st;
+        std::lock_guard<std::mutex> l(mu_);
+        failed_ = st;
       }
     }
     if (st.ok()) {

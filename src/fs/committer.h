@@ -79,6 +79,9 @@ class Committer {
   // `sync`, also until the WAL is synced.
   Status Drain(bool sync = false);
   size_t queued() const;
+  // OK, or the device flush that failed: after it nothing more is
+  // committed (every later change fails with it).
+  Status failure() const;
 
  private:
   void Run();
@@ -95,6 +98,7 @@ class Committer {
   std::deque<std::shared_ptr<Change>> queue_;  // GUARDED_BY(mu_)
   bool stop_ = false;                          // GUARDED_BY(mu_)
   bool urgent_ = false;                        // GUARDED_BY(mu_)
+  Status failed_;                              // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

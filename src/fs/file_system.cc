@@ -152,8 +152,9 @@ std::shared_ptr<Change> FileSystem::Impl::NewChange() { return std::make_shared<
 
 Status FileSystem::Impl::Writable() const {
   Status failure = volume_.index().failure();
+  if (failure.ok()) failure = committer_->failure();
   if (failure.ok()) return Status::OK();
-  return Status::Error(EROFS, "the index failed a write (" + failure.ToString() +
+  return Status::Error(EROFS, "a commit failed (" + failure.ToString() +
                                   "); no more changes until kvfs is remounted");
 }
 

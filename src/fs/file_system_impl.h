@@ -226,8 +226,9 @@ class FileSystem::Impl {
   // Changes. REQUIRES for Queue*: ns_mu_ held when entry ops are involved,
   // so the overlay and the queue agree on order.
   std::shared_ptr<Change> NewChange();
-  // OK, or EROFS once the index failed a write (Index::failure): every
-  // change after that would be lost, so none is accepted.
+  // OK, or EROFS once the index failed a write (Index::failure) or a
+  // device flush before a commit failed (Committer::failure): every change
+  // after that would be lost, so none is accepted.
   Status Writable() const;
   void Enqueue(const std::shared_ptr<Change>& c);
   void SetPendingEntry(uint64_t parent, std::string_view name, uint64_t child);  // REQUIRES: ns_mu_

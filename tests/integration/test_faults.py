@@ -266,6 +266,41 @@ def test_a_full_index_disk_stops_changes_keeps_what_was_synced_and_unmounts(make
         subprocess.run(["umount", "-l", disk])
 
 
+def test_a_failed_device_flush_stops_changes_instead_of_losing_them(make_volume):
+    # A commit follows a flush of the devices; once one fails, nothing more
+    # is committed, so kvfs must refuse changes (EROFS) rather than accept
+    # names it will never keep.
+    v = make_volume("v")
+    v.mount.start()
+    kept = payload("kept", 64 * 1024)
+    store(v.p("kept"), kept)
+    v.mount.stop()
+    mount_with(v, "fault_eio=flush:0:4096")
+    fd = os.open(v.p("new"), os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"x" * 4096)
+    with pytest.raises(OSError) as e:
+        os.fsync(fd)
+    assert e.value.errno == errno.EIO
+    try:
+        os.close(fd)
+    except OSError:
+        pass  # the failed write-behind may be reported again
+    for change in (lambda: os.mkdir(v.p("d")), lambda: os.unlink(v.p("kept")),
+                   lambda: open(v.p("another"), "wb").close()):
+        with pytest.raises(OSError) as e:
+            change()
+        assert e.value.errno == errno.EROFS
+    assert load(v.p("kept")) == kept
+    subprocess.run(["fusermount3", "-u", v.path], check=True)
+    rc = v.mount.proc.wait(timeout=120)
+    v.mount.proc = None
+    v.mount.log.close()
+    assert rc > 0
+    mount_with(v, None)
+    assert load(v.p("kept")) == kept
+    v.mount.stop()
+
+
 def test_bad_fault_rules_are_refused(make_volume):
     v = make_volume("v")
     for rule, why in [("erase:0:4096", "OP"), ("read:0", "fields"), ("read:x:4096", "OFFSET"),
