@@ -53,21 +53,32 @@ void ChunkCache::EraseLocked(std::map<Key, Slot>::iterator it) {
   slots_.erase(it);
 }
 
-bool ChunkCache::MakeRoomLocked(uint64_t need) {
-  if (need > budget_) return false;
+ArenaBlock ChunkCache::AllocateLocked(uint64_t capacity) {
+  const uint64_t need = BuddyArena::BlockBytes(capacity);
+  if (need > budget_) return ArenaBlock();
   // Evict from the cold end, skipping loads in flight (readers may wait on
-  // them; their buffers are owned by the read until it finishes anyway).
+  // them; their buffers are owned by the read until it finishes anyway),
+  // until the bytes fit and the arena has one block that large: the room
+  // evictions make can be in pieces.
+  // Evictions beyond the budget, for a block: bounded, since entries that
+  // readers still hold free nothing yet and the cache must not be emptied
+  // for one chunk.
+  constexpr int kMaxExtraEvictions = 16;
+  int extra = 0;
   auto it = lru_.end();
-  while (bytes_ + need > budget_ && it != lru_.begin()) {
-    auto cur = std::prev(it);
-    auto slot = slots_.find(*cur);
-    if (slot->second.chunk->state() == CachedChunk::State::kLoading) {
-      it = cur;
-      continue;
+  for (;;) {
+    if (bytes_ + need <= budget_) {
+      ArenaBlock b = arena_.Allocate(capacity);
+      if (b) return b;
+      if (++extra > kMaxExtraEvictions) return ArenaBlock();
     }
-    EraseLocked(slot);  // erases `cur` only; `it` stays valid
+    while (it != lru_.begin() &&
+           slots_.find(*std::prev(it))->second.chunk->state() == CachedChunk::State::kLoading) {
+      --it;
+    }
+    if (it == lru_.begin()) return ArenaBlock();  // nothing left to evict
+    EraseLocked(slots_.find(*std::prev(it)));     // erases that entry only; `it` stays valid
   }
-  return bytes_ + need <= budget_;
 }
 
 std::shared_ptr<CachedChunk> ChunkCache::StartLoad(uint64_t owner, uint64_t chunk,
@@ -80,12 +91,12 @@ std::shared_ptr<CachedChunk> ChunkCache::StartLoad(uint64_t owner, uint64_t chun
     EraseLocked(it);  // an older version
   }
   if (capacity == 0 || capacity > BuddyArena::kMaxBlock) return nullptr;
-  if (!MakeRoomLocked(BuddyArena::BlockBytes(capacity))) return nullptr;
+  // Evicted entries that a reader still holds keep their blocks a while:
+  // then there may be no room.
+  ArenaBlock block = AllocateLocked(capacity);
+  if (!block) return nullptr;
   auto c = std::make_shared<CachedChunk>();
-  // Evicted entries that a reader still holds keep their blocks a while,
-  // and the room made may be in pieces: then there is no entry.
-  c->data = arena_.Allocate(capacity);
-  if (!c->data) return nullptr;
+  c->data = std::move(block);
   c->capacity = capacity;
   c->version = version;
   c->prefetched = prefetch;

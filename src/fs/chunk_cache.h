@@ -15,9 +15,9 @@
 // Memory: entries are blocks of a BuddyArena (registered with the io engine,
 // so loads into them are READ_FIXED), and the arena is the budget: entries
 // (loading or ready) never hold more than its bytes. StartLoad() evicts
-// least-recently-used ready entries and refuses (returns null) when loads
-// still in flight hold the room, or when the room it made is not one block
-// (fragmentation; the read then goes around the cache).
+// least-recently-used ready entries until a block of the size it needs is
+// free, and refuses (returns null; the read goes around the cache) when
+// loads still in flight hold the room.
 //
 // Thread safety: all methods are safe from any thread. Waiter callbacks run
 // on the thread that calls Finish(), without any cache lock held.
@@ -96,7 +96,9 @@ class ChunkCache {
   };
   // REQUIRES: mu_ held.
   void EraseLocked(std::map<Key, Slot>::iterator it);
-  bool MakeRoomLocked(uint64_t need);
+  // A block for `capacity` bytes, evicting ready entries as needed; empty
+  // when loads in flight (or readers of evicted entries) hold the room.
+  ArenaBlock AllocateLocked(uint64_t capacity);
 
   BuddyArena& arena_;
   const uint64_t budget_;

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <thread>
 
+#include "common/buddy_arena.h"
 #include "common/format.h"
+#include "fs/chunk_cache.h"
 #include "fs/fs_fixture.h"
 
 namespace kvfs::fs {
@@ -130,6 +132,46 @@ TEST_F(CacheTest, CacheStaysWithinItsBudget) {
     EXPECT_EQ(*Load(kRootIno, "f" + std::to_string(k)), Pattern(4 << 20, k));
     EXPECT_LE(fs_->cache_stats().bytes, 8u << 20);
   }
+}
+
+
+// The ChunkCache itself over a 2 MiB arena: when the least recently used
+// entries are not buddies, evicting just enough bytes leaves the room in
+// pieces; the cache must evict on until one block is free.
+TEST(ChunkCacheTest, EvictsUntilABlockOfTheNeededSizeIsFree) {
+  auto arena = BuddyArena::Create(2 << 20);
+  ASSERT_TRUE(arena.ok());
+  ChunkCache cache(**arena);
+  constexpr uint64_t kQuarter = 256 << 10;
+  for (uint64_t i = 0; i < 8; ++i) {
+    auto c = cache.StartLoad(/*owner=*/1, /*chunk=*/i, /*version=*/1, kQuarter, false);
+    ASSERT_NE(c, nullptr) << i;
+    c->Finish(true);
+  }
+  // Touch the even chunks: the odd ones (no two of them buddies) are the
+  // least recently used, and together exactly 1 MiB.
+  for (uint64_t i = 0; i < 8; i += 2) ASSERT_NE(cache.Get(1, i, 1), nullptr);
+  auto big = cache.StartLoad(2, 0, 1, 1 << 20, false);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->data.size(), 1u << 20);
+  big->Finish(true);
+  // Within the budget throughout: 1 MiB plus what is left of the quarters.
+  EXPECT_LE(cache.counters().bytes, 2u << 20);
+  uint64_t left = 0;
+  for (uint64_t i = 0; i < 8; ++i) left += cache.Get(1, i, 1, false) != nullptr;
+  EXPECT_LE(left, 4u);
+  // A load still in flight is never evicted: with the whole arena held by
+  // loads, there is no room and no entry.
+  ChunkCache busy(**arena);
+  big.reset();
+  cache.Clear();
+  auto a = busy.StartLoad(3, 0, 1, 1 << 20, false);
+  auto b = busy.StartLoad(3, 1, 1, 1 << 20, false);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(busy.StartLoad(3, 2, 1, 4096, false), nullptr);
+  a->Finish(true);
+  b->Finish(true);
 }
 
 }  // namespace
