@@ -70,25 +70,27 @@ def _encode(name):
     return name.encode(_FS_ENCODING, _FS_ERRORS) if isinstance(name, str) else bytes(name)
 
 
-def _huge_memfd(size):
-    """(memfd, mmap) of `size` bytes in 2 MiB huge pages when the machine has
-    them reserved (vm.nr_hugepages) and `size` is a multiple of 2 MiB, else
-    (-1, None). Device I/O into huge pages is faster (one scatter-gather
-    segment per 2 MiB instead of one per 4 KiB). The mapping reserves its
-    pages at once, so a shortage shows here and falls back, never later as
-    a fault."""
-    if size % _HUGE != 0 or not hasattr(os, "MFD_HUGETLB"):
-        return -1, None
-    try:
-        fd = os.memfd_create("kvfs-buffer", os.MFD_CLOEXEC | os.MFD_HUGETLB)
-    except OSError:
-        return -1, None
-    try:
-        os.ftruncate(fd, size)
-        return fd, mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    except OSError:
-        os.close(fd)
-        return -1, None
+def _mapped_memfd(size):
+    """(memfd, shared mmap) of `size` bytes: in 2 MiB huge pages when the
+    machine has them reserved (vm.nr_hugepages) and `size` is a multiple of
+    2 MiB, else in ordinary pages. Device I/O into huge pages is faster (one
+    scatter-gather segment per 2 MiB instead of one per 4 KiB). The mapping
+    reserves its pages at once, so a shortage shows here and ordinary pages
+    serve. OSError when neither can be made."""
+    flags = [os.MFD_CLOEXEC]
+    if size % _HUGE == 0 and hasattr(os, "MFD_HUGETLB"):
+        flags.insert(0, os.MFD_CLOEXEC | os.MFD_HUGETLB)
+    for k, f in enumerate(flags):
+        fd = -1
+        try:
+            fd = os.memfd_create("kvfs-buffer", f)
+            os.ftruncate(fd, size)
+            return fd, mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError:
+            if fd >= 0:
+                os.close(fd)
+            if k == len(flags) - 1:
+                raise
 
 
 def _ioctl(fd, request, args):
@@ -185,12 +187,7 @@ class Buffer:
         self._memfd = -1
         self._fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0)
         try:
-            self._memfd, self._mmap = _huge_memfd(self.size)
-            if self._mmap is None:
-                self._memfd = os.memfd_create("kvfs-buffer", os.MFD_CLOEXEC)
-                os.ftruncate(self._memfd, self.size)
-                self._mmap = mmap.mmap(self._memfd, self.size, mmap.MAP_SHARED,
-                                       mmap.PROT_READ | mmap.PROT_WRITE)
+            self._memfd, self._mmap = _mapped_memfd(self.size)
             self.address = address_of(self._mmap)
             out = _ioctl(self._fd, abi.IOC_REGISTER,
                          abi.REGISTER_ARGS.pack(abi.ABI_VERSION, self._memfd, self.size, 0, 0))

@@ -22,26 +22,23 @@ namespace {
 constexpr size_t kPage = 4096;
 constexpr size_t kHugePage = size_t{2} << 20;
 
-// A memfd of `size` bytes in 2 MiB huge pages, mapped, when the machine has
-// them reserved (vm.nr_hugepages) and `size` is a multiple of 2 MiB: device
-// I/O into huge pages is faster (one scatter-gather segment per 2 MiB, not
-// per 4 KiB). The mapping reserves its pages at once, so a shortage shows
-// here (and falls back to ordinary pages), never later as a fault.
-bool MapHuge(kvfs_buffer* b) {
-  if (b->size % kHugePage != 0) return false;
-  int fd = memfd_create("kvfs-buffer", MFD_CLOEXEC | MFD_HUGETLB);
-  if (fd < 0) return false;
+// Makes b->mem_fd, a memfd of b->size bytes created with `flags`, and maps
+// it shared at b->data. 0 or -errno (then neither is set).
+int MapMemfd(kvfs_buffer* b, unsigned flags) {
+  int fd = memfd_create("kvfs-buffer", MFD_CLOEXEC | flags);
+  if (fd < 0) return -errno;
   void* p = MAP_FAILED;
   if (ftruncate(fd, static_cast<off_t>(b->size)) == 0) {
     p = mmap(nullptr, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
   if (p == MAP_FAILED) {
+    int rc = -errno;
     close(fd);
-    return false;
+    return rc;
   }
   b->mem_fd = fd;
   b->data = p;
-  return true;
+  return 0;
 }
 
 void Release(kvfs_buffer* b) {
@@ -65,18 +62,13 @@ int kvfs_buffer_create(int fd, size_t size, kvfs_buffer** out) {
   b->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (b->fd < 0) {
     rc = -errno;
-  } else if (MapHuge(b)) {
-    rc = kvfs_register(b->fd, b->mem_fd, size, &b->id);
-  } else if ((b->mem_fd = memfd_create("kvfs-buffer", MFD_CLOEXEC)) < 0) {
-    rc = -errno;
-  } else if (ftruncate(b->mem_fd, static_cast<off_t>(size)) != 0) {
-    rc = -errno;
-  } else if ((b->data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->mem_fd, 0)) ==
-             MAP_FAILED) {
-    rc = -errno;
-    b->data = nullptr;
   } else {
-    rc = kvfs_register(b->fd, b->mem_fd, size, &b->id);
+    // 2 MiB huge pages when the machine has them reserved (vm.nr_hugepages)
+    // and the size allows: device I/O into them is faster (one
+    // scatter-gather segment per 2 MiB, not per 4 KiB). The mapping reserves
+    // its pages at once, so a shortage shows here, and ordinary pages serve.
+    if (size % kHugePage != 0 || MapMemfd(b, MFD_HUGETLB) != 0) rc = MapMemfd(b, 0);
+    if (rc == 0) rc = kvfs_register(b->fd, b->mem_fd, size, &b->id);
   }
   if (rc != 0) {
     Release(b);

@@ -168,6 +168,11 @@ class IoEngine::Impl {
   // kFixedPieceBytes.
   static constexpr size_t kFixedPieceBytes = size_t{1} << 30;
   static constexpr unsigned kFixedSlots = 1024;
+  static unsigned PiecesOf(size_t len) {
+    return static_cast<unsigned>((len + kFixedPieceBytes - 1) / kFixedPieceBytes);
+  }
+  // Empties slots [first, first + pieces) in the first `nrings` rings.
+  void ClearSlots(unsigned first, unsigned pieces, size_t nrings);
   // The slot of the registered piece that holds all of [p, p + len), or -1.
   // REQUIRES: regions_mu_ held (shared).
   int FixedSlotLocked(const char* p, size_t len) const {
@@ -681,7 +686,7 @@ void IoEngine::UnregisterRegions(const void* base, size_t len) {
 
 Status IoEngine::Impl::RegisterRegion(const char* base, size_t len) {
   if (len == 0) return Status::OK();
-  const unsigned pieces = static_cast<unsigned>((len + kFixedPieceBytes - 1) / kFixedPieceBytes);
+  const unsigned pieces = PiecesOf(len);
   unsigned first = 0;
   {
     // Reserve the first run of `pieces` free slots. The lock is not held
@@ -721,13 +726,7 @@ Status IoEngine::Impl::RegisterRegion(const char* base, size_t len) {
       break;
     }
   }
-  if (!st.ok()) {
-    // Take it out of the rings that have it: a region is in all or none.
-    std::vector<iovec> empty(pieces, iovec{nullptr, 0});
-    for (size_t j = 0; j < done; ++j) {
-      io_uring_register_buffers_update_tag(&rings_[j]->uring, first, empty.data(), nullptr, pieces);
-    }
-  }
+  if (!st.ok()) ClearSlots(first, pieces, done);  // a region is in all rings or none
   std::unique_lock<std::shared_mutex> l(regions_mu_);
   if (st.ok()) {
     regions_.push_back({base, len, first});  // commands may use it from now on
@@ -737,6 +736,13 @@ Status IoEngine::Impl::RegisterRegion(const char* base, size_t len) {
   return st;
 }
 
+void IoEngine::Impl::ClearSlots(unsigned first, unsigned pieces, size_t nrings) {
+  std::vector<iovec> empty(pieces, iovec{nullptr, 0});
+  for (size_t j = 0; j < nrings; ++j) {
+    io_uring_register_buffers_update_tag(&rings_[j]->uring, first, empty.data(), nullptr, pieces);
+  }
+}
+
 void IoEngine::Impl::UnregisterRegions(const char* base, size_t len) {
   std::unique_lock<std::shared_mutex> l(regions_mu_);
   for (auto it = regions_.begin(); it != regions_.end();) {
@@ -744,15 +750,8 @@ void IoEngine::Impl::UnregisterRegions(const char* base, size_t len) {
       ++it;
       continue;
     }
-    const unsigned pieces =
-        static_cast<unsigned>((it->len + kFixedPieceBytes - 1) / kFixedPieceBytes);
-    // Commands in flight keep their pages: the kernel drops a registered
-    // buffer only once nothing uses it.
-    std::vector<iovec> empty(pieces, iovec{nullptr, 0});
-    for (auto& r : rings_) {
-      io_uring_register_buffers_update_tag(&r->uring, it->first_slot, empty.data(), nullptr,
-                                           pieces);
-    }
+    const unsigned pieces = PiecesOf(it->len);
+    ClearSlots(it->first_slot, pieces, rings_.size());
     for (unsigned k = it->first_slot; k < it->first_slot + pieces; ++k) slot_used_[k] = false;
     it = regions_.erase(it);
   }

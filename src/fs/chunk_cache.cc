@@ -59,10 +59,9 @@ ArenaBlock ChunkCache::AllocateLocked(uint64_t capacity) {
   // Evict from the cold end, skipping loads in flight (readers may wait on
   // them; their buffers are owned by the read until it finishes anyway),
   // until the bytes fit and the arena has one block that large: the room
-  // evictions make can be in pieces.
-  // Evictions beyond the budget, for a block: bounded, since entries that
-  // readers still hold free nothing yet and the cache must not be emptied
-  // for one chunk.
+  // evictions make can be in pieces. Evictions beyond the budget are
+  // bounded: entries that readers still hold free nothing yet, and the
+  // cache must not be emptied for one chunk.
   constexpr int kMaxExtraEvictions = 16;
   int extra = 0;
   auto it = lru_.end();

@@ -75,13 +75,9 @@ Status Committer::Drain(bool sync) {
   return result;
 }
 
-Status Committer::failure() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return failed_;
-}
+Status Committer::failure() const { return failed_.Get(); }
 
 void Committer::Run() {
-  Status failed;  // sticky: after a failed device flush nothing more is committed
   for (;;) {
     std::vector<std::shared_ptr<Change>> group;
     {
@@ -108,14 +104,12 @@ void Committer::Run() {
       build_(*c, batch);
       sync |= c->sync;
     }
-    Status st = failed;
+    Status st = failed_.Get();  // sticky: after a failed device flush nothing more is committed
     if (st.ok() && data_written_.exchange(false, std::memory_order_acq_rel)) {
       st = flush_();
       if (!st.ok()) {
         spdlog::error("device flush failed, no further index commits: {}", st.ToString());
-        failed = st;
-        std::lock_guard<std::mutex> l(mu_);
-        failed_ = st;
+        failed_.Record(st).ignore();
       }
     }
     if (st.ok()) {

@@ -25,6 +25,7 @@
 
 #include "common/extent.h"
 #include "common/status.h"
+#include "common/sticky_error.h"
 #include "index/index.h"
 
 namespace kvfs::fs {
@@ -98,7 +99,7 @@ class Committer {
   std::deque<std::shared_ptr<Change>> queue_;  // GUARDED_BY(mu_)
   bool stop_ = false;                          // GUARDED_BY(mu_)
   bool urgent_ = false;                        // GUARDED_BY(mu_)
-  Status failed_;                              // GUARDED_BY(mu_)
+  StickyError failed_;  // a failed device flush
   std::thread thread_;
 };
 

@@ -686,14 +686,18 @@ std::shared_ptr<CachedChunk> FileSystem::Impl::CachedWhole(const InodeRef& i, ui
 std::shared_ptr<CachedChunk> FileSystem::Impl::StartChunkLoad(const InodeRef& i, uint64_t ci,
                                                               const ChunkState& cs, bool prefetch) {
   const uint64_t cstart = ci * kChunkBytes;
+  // The chunk's bytes each extent holds, in order; the entry ends where the
+  // last one does.
+  std::vector<std::pair<uint64_t, uint64_t>> covered;
   uint64_t capacity = 0;
-  for (const auto& fe : cs.extents) capacity = std::max(capacity, fe.file_off + fe.ext.len - cstart);
+  for (const auto& fe : cs.extents) {
+    covered.push_back({fe.file_off - cstart, fe.file_off - cstart + fe.ext.len});
+    capacity = std::max(capacity, covered.back().second);
+  }
   auto entry = cache_->StartLoad(i->token, ci, cs.installed_seq, capacity, prefetch);
   if (!entry) return nullptr;
   // Cache memory is reused, not fresh: what no extent covers (a hole) must
   // read as zeros.
-  std::vector<std::pair<uint64_t, uint64_t>> covered;
-  for (const auto& fe : cs.extents) covered.push_back({fe.file_off - cstart, fe.file_off - cstart + fe.ext.len});
   std::sort(covered.begin(), covered.end());
   uint64_t pos = 0;
   for (const auto& [a, b] : covered) {

@@ -577,8 +577,8 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
                                                        const FileSystemOptions& options) {
   if (volume.read_only()) return Status::Error(EROFS, "FileSystem needs a read-write volume");
   KVFS_RETURN_IF_ERROR(Impl::LaneOptions(volume, options).Validate());
-  // Registered, reads into the cache skip the kernel's page pinning per I/O
-  // (a piece at a time, in the background: see cache_registrar.h).
+  // The cache's memory is registered with the io engine a piece at a time,
+  // in the background (cache_registrar.h).
   auto registrar = std::make_unique<CacheRegistrar>(volume);
   KVFS_ASSIGN_OR_RETURN(
       std::unique_ptr<BuddyArena> arena,

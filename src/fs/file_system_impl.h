@@ -254,16 +254,16 @@ class FileSystem::Impl {
   // loading, or null (other chunks, staged data, a hole, verify=on).
   // REQUIRES: inode->mu held.
   std::shared_ptr<CachedChunk> CachedWhole(const InodeRef& i, uint64_t off, uint64_t len);
-  // Starts loading the file's chunks into the cache (prefetch lane), within
-  // the budgets. Returns the bytes it started loading. With `batch`, the
-  // device reads are appended there for the caller to submit on the
-  // prefetch lane (one submission for many files) instead of submitted now.
-  // REQUIRES: inode->mu held.
   // A loading cache entry for chunk `ci` (state `cs`) of `i`, sized to its
   // extents, with the bytes between them zeroed; null if the chunk is
   // cached already or there is no room.
   std::shared_ptr<CachedChunk> StartChunkLoad(const InodeRef& i, uint64_t ci, const ChunkState& cs,
                                               bool prefetch);
+  // Starts loading the file's chunks into the cache (prefetch lane), within
+  // the budgets. Returns the bytes it started loading. With `batch`, the
+  // device reads are appended there for the caller to submit on the
+  // prefetch lane (one submission for many files) instead of submitted now.
+  // REQUIRES: inode->mu held.
   uint64_t Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr);
   // Lookup-driven prefetch runs on prefetch_thread_, so that a stat storm's
   // replies do not wait for cache allocation and I/O submission. Queues at

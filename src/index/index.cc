@@ -662,7 +662,7 @@ Status Index::Commit(WriteBatch& batch, bool sync) {
   }
   if (!s.ok()) {
     b.RollbackToSavePoint().PermitUncheckedError();  // drops only our Merge
-    return Fail(
+    return failure_.Record(
         FromRocks(s, "index " + dir_ + ": commit of " + std::to_string(batch.count()) + " ops"));
   }
   b.Clear();
@@ -674,22 +674,9 @@ Status Index::SyncWal() {
   KVFS_RETURN_IF_ERROR(failure());
   rocksdb::Status s = db_->SyncWAL();
   if (s.ok()) return Status::OK();
-  return Fail(FromRocks(s, "index " + dir_ + ": syncing the WAL"));
+  return failure_.Record(FromRocks(s, "index " + dir_ + ": syncing the WAL"));
 }
 
-Status Index::failure() const {
-  if (!failed_.load(std::memory_order_acquire)) return Status::OK();
-  std::lock_guard<std::mutex> l(failure_mu_);
-  return failure_;
-}
-
-Status Index::Fail(Status st) {
-  std::lock_guard<std::mutex> l(failure_mu_);
-  if (failure_.ok()) {
-    failure_ = st;
-    failed_.store(true, std::memory_order_release);
-  }
-  return st;
-}
+Status Index::failure() const { return failure_.Get(); }
 
 }  // namespace kvfs::index

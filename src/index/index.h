@@ -23,12 +23,12 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "common/sticky_error.h"
 #include "index/records.h"
 
 namespace rocksdb {
@@ -160,8 +160,6 @@ class Index {
                                                bool create);
   Status LoadNextIno();
   rocksdb::ColumnFamilyHandle* cf(Cf c) const { return cfs_[c]; }
-  // Records `st` as the index's failure if it is the first; returns it.
-  Status Fail(Status st);
 
   // All set by Create/Open, then immutable.
   std::string dir_;
@@ -173,9 +171,7 @@ class Index {
   // Next inode number to hand out; persisted by every Commit (with max
   // semantics, so commits racing each other never move it backwards).
   std::atomic<uint64_t> next_ino_{0};
-  std::atomic<bool> failed_{false};  // set once, after failure_ is
-  mutable std::mutex failure_mu_;
-  Status failure_;  // GUARDED_BY(failure_mu_)
+  StickyError failure_;  // the first failed write
 };
 
 }  // namespace kvfs::index

@@ -68,7 +68,7 @@ class Volume {
   device::BlockIo& io() { return *io_; }
   // The engine's registered staging pool (bounded dirty memory).
   device::BufferPool& buffers() { return engine_->buffers(); }
-  // IoEngine::RegisterRegion / UnregisterRegion: memory that device I/O
+  // IoEngine::RegisterRegion / UnregisterRegions: memory that device I/O
   // uses without per-I/O page pinning (the RAM cache's arena).
   Status RegisterMemory(const void* base, size_t len) { return engine_->RegisterRegion(base, len); }
   void UnregisterMemory(const void* base, size_t len) { engine_->UnregisterRegions(base, len); }
