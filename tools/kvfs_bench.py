@@ -10,19 +10,25 @@ when interrupted (Ctrl-C, SIGTERM); or it uses mounts and devices you name.
 Workloads (--workloads, comma separated; default all):
   fio      device limit: fio (io_uring, O_DIRECT) reading and writing at each
            chunk size, queue depths 1..32, time-limited. "Limit" below is the
-           best depth.
+           best depth. One fio round runs before each round of the other
+           workloads, so that the limit is measured in the same minutes as
+           what it is compared with (a shared disk's speed drifts by the
+           hour).
   lmcache  the LMCache-style serial loop. Store, per key: stat (missing);
            open(tmp, O_CREAT|O_WRONLY|O_TRUNC); one write; close; rename.
-           Load, per key: stat; open; one read of the whole chunk; close.
+           Load, as a request does: the lookup (stat every key, as LMCache's
+           contains() does before the retrieve), then per key: open; one read
+           of the whole chunk; close; both timed together.
            N keys per batch, M batches in flight (one thread each), buffered
            and O_DIRECT; caches dropped between store and load. Store time is
            what the connector waits for (write-back happens later, on both).
   lookup   stat storms from one thread, cold caches: names that exist, and
            names that do not.
   batch    the kvfs batch ioctl through its Python module (kvfs only): per
-           chunk size, N keys stored with one write_batch and, caches
-           dropped, loaded with one read_batch, from and into registered
-           memory; "not available" when the module cannot be imported.
+           shape KEYSxSIZE (64x256K, 16x4M, 16x24M), the keys stored with one
+           write_batch and, caches dropped, loaded with one read_batch, from
+           and into registered memory; "not available" when the module
+           cannot be imported.
   restore  time to load K chunks (64 x 4 MiB) with cold caches, on an idle
            volume and while a burst of stores (4 GiB, another process) drains.
 
@@ -80,10 +86,10 @@ MODES = ["buffered", "direct"]
 # wins over both.
 FULL = dict(sizes="256K,4M,24M", keys=32, batches="1,8", modes="buffered,direct", rounds=3,
             fio_runtime=1.5, fio_depths="1,4,16,32", fio_region="4G", lookup_names=10000,
-            restore="64x4M", burst="4G", image_size="12G")
+            restore="64x4M", burst="4G", image_size="12G", batch_shapes="64x256K,16x4M,16x24M")
 QUICK = dict(sizes="256K,1M", keys=8, batches="1,2", modes="buffered,direct", rounds=1,
              fio_runtime=0.5, fio_depths="1,16", fio_region="128M", lookup_names=300,
-             restore="16x1M", burst="128M", image_size="1G")
+             restore="16x1M", burst="128M", image_size="1G", batch_shapes="8x256K,4x1M")
 
 # The restore starts once the burst writer has issued this share of its
 # stores: by then kvfs's write-behind and ext4's writeback are both busy.
@@ -457,16 +463,18 @@ def store_keys(keys, tmps, views, direct, stop):
 
 
 def load_keys(keys, views, direct, stop):
-    """LMCache's load, per key: stat; open; one read of the whole chunk;
-    close. Returns a list of (key index, bytes read, size from stat)."""
+    """A request's load, as LMCache does it: the lookup (stat of every key:
+    contains() before the retrieve), then per key: open; one read of the
+    whole chunk; close. Returns a list of (key index, bytes read, size from
+    stat)."""
     flags = os.O_RDONLY | os.O_CLOEXEC
     if direct:
         flags |= os.O_DIRECT
+    sizes = [os.stat(path).st_size for path in keys]
     got = []
     for i, (path, view) in enumerate(zip(keys, views)):
         if stop.is_set():
             raise Interrupted(signal.SIGINT)
-        st = os.stat(path)
         fd = os.open(path, flags)
         try:
             n = os.readv(fd, [view])
@@ -477,7 +485,7 @@ def load_keys(keys, views, direct, stop):
                 n += m
         finally:
             os.close(fd)
-        got.append((i, n, st.st_size))
+        got.append((i, n, sizes[i]))
     return got
 
 
@@ -764,6 +772,8 @@ class Bench:
         self.mkfs_bin = cfg["mkfs_bin"]
         self.lock_fd = None
         self.fio_files = []
+        self.fio_cmd = None
+        self.fio_rounds_done = False
         self.made_mnt_dirs = []
 
     # ------------------------------------------------------------ plan
@@ -781,7 +791,7 @@ class Bench:
         if "restore" in c["workloads"]:
             n += c["rounds"] * fs
         if "batch" in c["workloads"]:
-            n += c["rounds"] * (len(c["sizes"]) + 1)
+            n += c["rounds"] * (len(c["batch_shapes"]) + 1)
         return n
 
     def record(self, **sample):
@@ -897,7 +907,9 @@ class Bench:
 
     # ------------------------------------------------------------ fio
 
-    def run_fio(self):
+    def prepare_fio(self):
+        """Makes fio's target and writes its region once; the rounds read
+        and write it (run_fio_round)."""
         c = self.cfg
         fio = shutil.which("fio")
         if fio is None:
@@ -918,44 +930,48 @@ class Bench:
             target = os.path.join(self.dir, "fio.img")
             self.fio_files.append(target)
             with open(target, "wb") as f:
-                os.posix_fallocate(f.fileno(), 0, c["image_size"])
+                os.posix_fallocate(f.fileno(), 0, min(c["fio_region"], c["image_size"]))
         region = c["fio_region"]
         if is_dev:
             with open(target, "rb") as f:
                 region = min(region, f.seek(0, os.SEEK_END))
         elif target in self.fio_files:
             region = min(region, c["image_size"])
-        base = [fio, "--name=kvfs-bench", f"--filename={target}", "--ioengine=io_uring",
-                "--direct=1", "--offset=0", f"--size={region}", "--output-format=json"]
+        self.fio_cmd = [fio, "--name=kvfs-bench", f"--filename={target}", "--ioengine=io_uring",
+                        "--direct=1", "--offset=0", f"--size={region}", "--output-format=json"]
         # Reads of never-written (unallocated or unwritten) blocks cost the
         # device nothing: write the region once before measuring.
         self.progress.step(f"fio: writing {fmt_size(region)} of {target} before reading it")
-        run(base + ["--rw=write", "--bs=4M", "--iodepth=16"], timeout=1800)
+        run(self.fio_cmd + ["--rw=write", "--bs=4M", "--iodepth=16"], timeout=1800)
         self.progress.result("done")
+        if is_dev and target in (self.args.kvfs_device, self.args.ext4_device):
+            # mkfs is about to format the device: every fio round runs now.
+            for rnd in range(c["rounds"]):
+                self.run_fio_round(rnd)
+            self.fio_rounds_done = True
+
+    def run_fio_round(self, rnd):
+        c = self.cfg
+        if self.fio_rounds_done:
+            return
         runtime_ms = max(1, int(c["fio_runtime"] * 1000))
-        for rnd in range(c["rounds"]):
-            for size in c["sizes"]:
-                for rw in ("read", "write"):
-                    for depth in c["fio_depths"]:
-                        self.progress.step(f"fio {rw} bs={fmt_size(size)} qd={depth} "
-                                           f"round {rnd + 1}/{c['rounds']}")
-                        r = run(base + [f"--rw={rw}", f"--bs={size}", f"--iodepth={depth}",
-                                        "--time_based", f"--runtime={runtime_ms}ms"],
-                                timeout=600)
-                        job = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0][rw]
-                        mbps = job["bw_bytes"] / 1e6
-                        self.record(workload="fio", op=rw, fs="device", mode="direct",
-                                    size=size, batches=1, depth=depth, round=rnd,
-                                    value=mbps, unit="MB/s", iops=job["iops"],
-                                    bytes=job["io_bytes"], seconds=job["runtime"] / 1000,
-                                    lat_mean_us=job["clat_ns"]["mean"] / 1000,
-                                    target=target)
-                        self.progress.result(f"{mbps:.0f} MB/s")
-        for p in list(self.fio_files):
-            if os.path.exists(p):
-                os.unlink(p)  # room on the disk for the two images
-            self.fio_files.remove(p)
-        self.mark("fio", "ok")
+        for size in c["sizes"]:
+            for rw in ("read", "write"):
+                for depth in c["fio_depths"]:
+                    self.progress.step(f"fio {rw} bs={fmt_size(size)} qd={depth} "
+                                       f"round {rnd + 1}/{c['rounds']}")
+                    r = run(self.fio_cmd + [f"--rw={rw}", f"--bs={size}", f"--iodepth={depth}",
+                                            "--time_based", f"--runtime={runtime_ms}ms"],
+                            timeout=600)
+                    job = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0][rw]
+                    mbps = job["bw_bytes"] / 1e6
+                    self.record(workload="fio", op=rw, fs="device", mode="direct",
+                                size=size, batches=1, depth=depth, round=rnd,
+                                value=mbps, unit="MB/s", iops=job["iops"],
+                                bytes=job["io_bytes"], seconds=job["runtime"] / 1000,
+                                lat_mean_us=job["clat_ns"]["mean"] / 1000,
+                                target=self.fio_cmd[2].partition("=")[2])
+                    self.progress.result(f"{mbps:.0f} MB/s")
 
     # ------------------------------------------------------------ lmcache
 
@@ -1089,13 +1105,12 @@ class Bench:
                             batches=1, round=0, value=None, unit="-", available=False,
                             reason=reason)
                 self.mark("batch", "unavailable", None, reason)
-            for size in c["sizes"]:
-                self.progress.step(f"batch ioctl {fmt_size(size)}")
+            for n, size in c["batch_shapes"]:
+                self.progress.step(f"batch ioctl {n}x{fmt_size(size)}")
                 self.progress.result("not available: " + reason)
             return
         t = self.targets["kvfs"]
-        n = c["keys"]
-        for size in c["sizes"]:
+        for n, size in c["batch_shapes"]:
             self.progress.step(f"batch ioctl {fmt_size(size)} x{n} on kvfs "
                                f"round {rnd + 1}/{c['rounds']}")
             d = os.path.join(t.workdir, f"batch-r{rnd}-{fmt_size(size)}")
@@ -1356,22 +1371,25 @@ class Bench:
     def run_all(self):
         c = self.cfg
         self.progress = Progress(self.plan_steps())
-        self.pattern = Pattern(max(c["sizes"] + [c["restore_size"], BLOCK]), seed=c["seed"])
+        self.pattern = Pattern(max(c["sizes"] + [s for _, s in c["batch_shapes"]]
+                                   + [c["restore_size"], BLOCK]), seed=c["seed"])
+        failed = set()
         if "fio" in c["workloads"]:
-            self.run_workload("fio", self.run_fio)
-        needs_fs = [w for w in ("lmcache", "lookup", "restore", "batch") if w in c["workloads"]]
-        if needs_fs:
+            self.run_workload("fio", self.prepare_fio)
+            if self.status.get("fio", {}).get("status") == "failed":
+                failed.add("fio")
+        if any(w in c["workloads"] for w in ("lmcache", "lookup", "restore", "batch")):
             self.setup_targets()
-            failed = set()
-            for rnd in range(c["rounds"]):
-                for w, fn in (("lmcache", self.run_lmcache_round),
-                              ("lookup", self.run_lookup_round),
-                              ("batch", self.run_batch_round),
-                              ("restore", self.run_restore_round)):
-                    if w in needs_fs and w not in failed:
-                        self.run_workload(w, lambda: fn(rnd))
-                        if self.status.get(w, {}).get("status") == "failed":
-                            failed.add(w)
+        for rnd in range(c["rounds"]):
+            for w, fn in (("fio", self.run_fio_round),
+                          ("lmcache", self.run_lmcache_round),
+                          ("lookup", self.run_lookup_round),
+                          ("batch", self.run_batch_round),
+                          ("restore", self.run_restore_round)):
+                if w in c["workloads"] and w not in failed:
+                    self.run_workload(w, lambda: fn(rnd))
+                    if self.status.get(w, {}).get("status") == "failed":
+                        failed.add(w)
         self.progress.done()
 
 
@@ -1613,6 +1631,8 @@ def build_parser():
     ap.add_argument("--lookup-names", type=int, metavar="N",
                     help=f"names per lookup storm ({FULL['lookup_names']})")
     ap.add_argument("--restore", metavar="KxSIZE", help=f"restore load, KEYSxSIZE ({FULL['restore']})")
+    ap.add_argument("--batch-shapes", metavar="LIST",
+                    help=f"batch ioctl shapes, KEYSxSIZE ({FULL['batch_shapes']})")
     ap.add_argument("--burst", metavar="SIZE", help=f"bytes of stores during the restore ({FULL['burst']})")
     ap.add_argument("--image-size", metavar="SIZE", help=f"size of each image file ({FULL['image_size']})")
     ap.add_argument("--seed", type=int, metavar="N", default=1, help="seed of the data pattern (1)")
@@ -1675,18 +1695,27 @@ def resolve_config(a):
     except (ValueError, BenchError):
         raise BenchError(f"--restore: expected KEYSxSIZE such as 64x4M, got {pick('restore')!r}") \
             from None
+    cfg["batch_shapes"] = []
+    for shape in parse_list(pick("batch_shapes"), str.strip, "--batch-shapes"):
+        bk, _, bs = shape.lower().partition("x")
+        try:
+            cfg["batch_shapes"].append((int(bk), parse_size(bs)))
+        except (ValueError, BenchError):
+            raise BenchError(f"--batch-shapes: expected KEYSxSIZE such as 64x256K, got {shape!r}") \
+                from None
     cfg["burst"] = parse_size(pick("burst"))
     cfg["image_size"] = parse_size(pick("image_size"))
     bad = [m for m in cfg["modes"] if m not in MODES]
     if bad:
         raise BenchError(f"--modes: unknown {','.join(bad)} (known: buffered,direct)")
-    for s in cfg["sizes"] + [cfg["restore_size"]]:
+    for s in cfg["sizes"] + [cfg["restore_size"]] + [s for _, s in cfg["batch_shapes"]]:
         if s <= 0 or s % BLOCK:
             raise BenchError(f"chunk size {s}: must be a positive multiple of 4096 (O_DIRECT)")
     for name in ("rounds", "keys", "lookup_names", "restore_keys"):
         if cfg[name] < 1:
             raise BenchError(f"--{name.replace('_', '-')} must be at least 1")
-    if min(cfg["batches"]) < 1 or min(cfg["fio_depths"]) < 1:
+    if min(cfg["batches"]) < 1 or min(cfg["fio_depths"]) < 1 or \
+            min(k for k, _ in cfg["batch_shapes"]) < 1:
         raise BenchError("--batches and --fio-depths must be at least 1")
     # Every workload deletes its files before the next one starts; the
     # largest working set must fit, with room for allocation slack.
@@ -1698,6 +1727,8 @@ def resolve_config(a):
                    + cfg["restore_size"])
     if "lookup" in cfg["workloads"]:
         need = max(need, cfg["lookup_names"] * 8 * KiB)
+    if "batch" in cfg["workloads"]:
+        need = max(need, max(k * s for k, s in cfg["batch_shapes"]))
     managed = not (a.kvfs_mount and a.ext4_mount)
     if managed and need * 1.25 + 256 * MiB > cfg["image_size"]:
         raise BenchError(f"--image-size {fmt_size(cfg['image_size'])} is too small: the largest "

@@ -46,6 +46,15 @@ BuddyArena::BuddyArena(char* region, size_t bytes, PieceHook on_first_use)
       piece_used_((bytes + kPieceBytes - 1) / kPieceBytes, false) {
   for (size_t off = 0; off < bytes; off += kMaxBlock) free_[kMaxOrder].insert(off);
   free_bytes_ = bytes;
+  std::lock_guard<std::mutex> l(mu_);
+  PrepareLocked(0);
+}
+
+void BuddyArena::PrepareLocked(size_t piece) {
+  if (piece >= piece_used_.size() || piece_used_[piece]) return;
+  piece_used_[piece] = true;
+  const size_t start = piece * kPieceBytes;
+  if (on_first_use_) on_first_use_(region_ + start, std::min(kPieceBytes, bytes_ - start));
 }
 
 BuddyArena::~BuddyArena() {
@@ -76,11 +85,11 @@ ArenaBlock BuddyArena::Allocate(size_t bytes) {
   }
   free_bytes_ -= kMinBlock << order;
   const size_t piece = off / kPieceBytes;  // a block never spans two
-  if (!piece_used_[piece]) {
-    piece_used_[piece] = true;
-    const size_t start = piece * kPieceBytes;
-    if (on_first_use_) on_first_use_(region_ + start, std::min(kPieceBytes, bytes_ - start));
-  }
+  PrepareLocked(piece);
+  // A piece ahead: the next piece's pages are made (and pinned) before a
+  // block in it is handed out, not by the first read into it; once this
+  // piece is half used, so that a mount that reads little makes no more.
+  if (off % kPieceBytes >= kPieceBytes / 2) PrepareLocked(piece + 1);
   return ArenaBlock(this, region_ + off, order);
 }
 

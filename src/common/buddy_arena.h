@@ -6,10 +6,12 @@
 // can have huge pages (MADV_HUGEPAGE) and the io engine can register it
 // (IoEngine::RegisterRegion); on a VM, device reads into such memory ran
 // 1.5-1.8x faster than into ordinary buffers. Registering pins memory, so
-// it happens a piece (kPieceBytes) at a time, when a block in that piece is
-// first handed out (`on_first_use`): a mount does not pin a cache it has not
-// used, and the lowest free block is always handed out first, so use stays
-// packed.
+// it happens a piece (kPieceBytes) at a time, one piece ahead of use: the
+// first piece when the arena is made, the next one when a block in the
+// previous one is first handed out (`on_first_use`). A mount pins at most
+// one piece it has not used, and the lowest free block is always handed out
+// first, so use stays packed. Ahead, because the first read into fresh
+// MADV_HUGEPAGE memory waited 9-80 ms for its pages to be made.
 // Blocks are not zeroed: their bytes are whatever the last user left.
 //
 //   auto arena = BuddyArena::Create(1 << 30);
@@ -68,9 +70,10 @@ class BuddyArena {
   static constexpr size_t kMaxBlock = kMinBlock << kMaxOrder;
   static constexpr size_t kPieceBytes = size_t{64} << 20;
 
-  // Called with each piece of the region, at most kPieceBytes, before a
-  // block in it is first handed out; under the arena's lock, so it should
-  // only queue the work (fs/cache_registrar.h).
+  // Called once with each piece of the region, at most kPieceBytes: the
+  // first from Create, each other when a block of the piece before it is
+  // first handed out. Under the arena's lock, so it should only queue the
+  // work (fs/cache_registrar.h).
   using PieceHook = std::function<void(const char* base, size_t len)>;
 
   // A region of `bytes` rounded down to whole kMaxBlock blocks (0: an arena
@@ -98,6 +101,9 @@ class BuddyArena {
   BuddyArena(char* region, size_t bytes, PieceHook on_first_use);
   static int OrderOf(size_t bytes);
   void Free(char* data, int order);
+  // Calls on_first_use_ for `piece` unless it was called or there is no
+  // such piece.
+  void PrepareLocked(size_t piece);  // REQUIRES: mu_ held
 
   char* const region_;
   const size_t bytes_;

@@ -1,6 +1,9 @@
 #include "fs/cache_registrar.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
+
+#include <chrono>
 
 namespace kvfs::fs {
 
@@ -36,8 +39,24 @@ void CacheRegistrar::Run() {
     auto [base, len] = queue_.front();
     queue_.pop_front();
     l.unlock();
+    // The pages are made first, here: registering pins them while it holds
+    // each ring's submission lock, and making 64 MiB of huge pages there
+    // (zeroing, compaction) stalled every submission on that ring for
+    // 50-140 ms. Pinning pages that exist takes a few milliseconds.
+    const auto t0 = std::chrono::steady_clock::now();
+    if (madvise(const_cast<char*>(base), len, MADV_POPULATE_WRITE) != 0) {
+      // Before Linux 5.14: a write to every page does the same.
+      for (size_t off = 0; off < len; off += 4096) {
+        reinterpret_cast<volatile char*>(const_cast<char*>(base))[off] = 0;
+      }
+    }
+    const auto t1 = std::chrono::steady_clock::now();
     // Without room in RLIMIT_MEMLOCK (not root) the cache works unregistered.
     Status st = volume_.RegisterMemory(base, len);
+    spdlog::debug("cache registrar: {} bytes made in {} us, registered in {} us", len,
+                  std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count(),
+                  std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - t1).count());
     if (!st.ok() && !std::exchange(warned_, true)) {
       spdlog::warn("RAM cache memory is not registered with io_uring, reads will be slower: {}",
                    st.ToString());
