@@ -112,7 +112,7 @@ TEST(BuddyArenaTest, ThreadsAllocatingAndFreingMixedSizesNeverShareBytes) {
   EXPECT_TRUE(arena->Allocate(kMiB));
 }
 
-TEST(BuddyArenaTest, EachPieceIsAnnouncedOnceAPieceAheadOfUseAndUseStaysPacked) {
+TEST(BuddyArenaTest, EachPieceIsAnnouncedOnceAheadOfUseAndUseStaysPacked) {
   const size_t piece = BuddyArena::kPieceBytes;
   std::vector<std::pair<const char*, size_t>> seen;
   auto a = BuddyArena::Create(2 * piece + 3 * kMiB, [&](const char* base, size_t len) {
@@ -124,16 +124,21 @@ TEST(BuddyArenaTest, EachPieceIsAnnouncedOnceAPieceAheadOfUseAndUseStaysPacked) 
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].first, arena.region());
   EXPECT_EQ(seen[0].second, piece);
+  // The lowest blocks first: the first half of piece 0 announces nothing.
   std::vector<ArenaBlock> blocks;
-  blocks.push_back(arena.Allocate(kMiB));
-  ASSERT_EQ(seen.size(), 2u);  // the first block of piece 0 announces piece 1
+  for (size_t used = 0; used < piece / 2; used += kMiB) blocks.push_back(arena.Allocate(kMiB));
+  EXPECT_EQ(seen.size(), 1u);
+  blocks.push_back(arena.Allocate(kMiB));  // the first block of its second half
+  ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[1].first, arena.region() + piece);
   EXPECT_EQ(seen[1].second, piece);
-  // The lowest blocks first: the rest of piece 0 announces nothing more.
-  for (size_t used = kMiB; used < piece; used += kMiB) blocks.push_back(arena.Allocate(kMiB));
+  for (size_t used = piece / 2 + kMiB; used < piece; used += kMiB) {
+    blocks.push_back(arena.Allocate(kMiB));
+  }
+  blocks.push_back(arena.Allocate(4096));  // piece 1, first half: nothing new
   EXPECT_EQ(seen.size(), 2u);
-  blocks.push_back(arena.Allocate(4096));  // piece 1's first block: piece 2 now
-  ASSERT_EQ(seen.size(), 3u);
+  for (size_t used = 0; used < piece / 2; used += kMiB) blocks.push_back(arena.Allocate(kMiB));
+  ASSERT_EQ(seen.size(), 3u);  // piece 1's second half announces piece 2
   EXPECT_EQ(seen[2].first, arena.region() + 2 * piece);
   EXPECT_EQ(seen[2].second, 3 * kMiB);  // the last, partial piece
   blocks.clear();
