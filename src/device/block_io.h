@@ -36,6 +36,9 @@ struct IoRequest {
   void* buf = nullptr;    // kBlockSize aligned (ignored for kFlush)
   size_t len = 0;         // multiple of kBlockSize (0 for kFlush)
   std::function<void(Status)> done;
+  // What the request is for (a cache entry, say), so that io::Scheduler can
+  // promote it (Scheduler::Promote); the engine ignores it.
+  const void* group = nullptr;
 };
 
 class BlockIo {

@@ -650,7 +650,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
       if (!ok) return done(Status::Error(EIO, "reading the data into the cache failed"), {});
       done(Status::OK(), std::span<const char>(whole->data.get() + at, len));
     };
-    if (!whole->WaitIfLoading(reply)) reply(whole->state() == CachedChunk::State::kReady);
+    WhenLoaded(whole, std::move(reply));
     return;
   }
   if (!plan.fail.ok() || !plan.has_work()) {
@@ -664,6 +664,16 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone use
                 if (!st.ok()) return done(st, {});
                 done(Status::OK(), std::span<const char>(out->get(), len));
               });
+}
+
+void FileSystem::Impl::WhenLoaded(const std::shared_ptr<CachedChunk>& c,
+                                  std::function<void(bool ok)> fn) {
+  // Its requests carry the entry as their group (Prefetch).
+  if (c->WaitIfLoading(fn)) {  // a copy: `fn` runs here if it is not loading
+    sched_->Promote(c.get());
+  } else {
+    fn(c->state() == CachedChunk::State::kReady);
+  }
 }
 
 std::shared_ptr<CachedChunk> FileSystem::Impl::CachedWhole(const InodeRef& i, uint64_t off,
@@ -730,6 +740,7 @@ uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::I
       r.byte_off = fe.ext.byte_off;
       r.buf = entry->data.get() + (fe.file_off - cstart);
       r.len = fe.ext.len;
+      r.group = entry.get();  // a reader that waits for it promotes it
       r.done = [this, inode, entry, left, ok, fe, buf = r.buf,
                 start = std::chrono::steady_clock::now()](Status st) {
         if (st.ok() && verifier_.enabled()) {

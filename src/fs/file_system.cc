@@ -533,6 +533,7 @@ StatsSnapshot FileSystem::Impl::Stats() {
     l.bytes = lanes[k].bytes;
     l.errors = lanes[k].errors;
     l.cancelled = lanes[k].cancelled;
+    l.promoted = lanes[k].promoted;
     l.inflight = lanes[k].inflight;
     l.queued = lanes[k].queued;
     l.latency = lanes[k].latency;

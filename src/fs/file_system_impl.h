@@ -254,6 +254,10 @@ class FileSystem::Impl {
   // loading, or null (other chunks, staged data, a hole, verify=on).
   // REQUIRES: inode->mu held.
   std::shared_ptr<CachedChunk> CachedWhole(const InodeRef& i, uint64_t off, uint64_t len);
+  // Runs fn(ok) when `c` has loaded, or now if it is not loading. A reader
+  // waits for it from now on: if its load is a prefetch still queued behind
+  // others, it is promoted to the read lane (io::Scheduler::Promote).
+  void WhenLoaded(const std::shared_ptr<CachedChunk>& c, std::function<void(bool ok)> fn);
   // A loading cache entry for chunk `ci` (state `cs`) of `i`, sized to its
   // extents, with the bytes between them zeroed; null if the chunk is
   // cached already or there is no room.

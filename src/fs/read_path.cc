@@ -171,7 +171,7 @@ void FileSystem::Impl::ExecuteRead(const InodeRef& i, ReadPlan plan, char* dst, 
       }
       finish_one();
     };
-    if (!w.chunk->WaitIfLoading(copy)) copy(w.chunk->state() == CachedChunk::State::kReady);
+    WhenLoaded(w.chunk, std::move(copy));
   }
   std::vector<device::IoRequest> reqs;
   for (size_t k = 0; k < rs->pieces.size(); ++k) {

@@ -79,8 +79,8 @@ std::string StatsToJson(const StatsSnapshot& s) {
   for (const LaneStats& l : s.lanes) {
     j["lanes"][l.name] = {{"ops", l.ops},           {"bytes", l.bytes},
                           {"errors", l.errors},     {"cancelled", l.cancelled},
-                          {"inflight", l.inflight}, {"queued", l.queued},
-                          {"latency", LatencyJson(l.latency)}};
+                          {"promoted", l.promoted}, {"inflight", l.inflight},
+                          {"queued", l.queued},     {"latency", LatencyJson(l.latency)}};
   }
   j["cache"] = {{"hits", s.cache.hits},
                 {"misses", s.cache.misses},

@@ -65,7 +65,7 @@ inline uint64_t ElapsedNs(std::chrono::steady_clock::time_point start) {
 
 struct LaneStats {
   std::string name;
-  uint64_t ops = 0, bytes = 0, errors = 0, cancelled = 0;
+  uint64_t ops = 0, bytes = 0, errors = 0, cancelled = 0, promoted = 0;
   uint32_t inflight = 0, queued = 0;
   HistogramSnapshot latency;
 };

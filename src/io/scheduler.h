@@ -34,6 +34,12 @@
 // a kFlush is 1 command and 0 bytes), matching how IoEngine splits requests
 // into commands of max_command_bytes.
 //
+// Promotion: a reader that finds the data it needs in a prefetch still
+// queued calls Promote() with the request's `group` (the cache entry), and
+// those requests move to the tail of the read lane. Why: prefetch runs deep
+// (lookups queue whole batches of files), and a serial reader waiting for
+// the next key's chunk must not wait behind the rest of the batch.
+//
 // Cancellation: Submit() takes an optional CancelFlag shared by the requests
 // of the call. A request whose flag is true when it would be dispatched is
 // completed with ECANCELED and never reaches the device; Cancel() sets a
@@ -118,6 +124,7 @@ struct LaneSnapshot {
   uint64_t bytes = 0;      // bytes of those that completed OK
   uint64_t errors = 0;     // of `ops`, those that completed with an error
   uint64_t cancelled = 0;  // completed with ECANCELED, never dispatched
+  uint64_t promoted = 0;   // moved from this lane's queue to the read lane
   uint32_t inflight = 0;   // requests at the device now
   uint64_t inflight_commands = 0;
   uint64_t inflight_bytes = 0;
@@ -149,6 +156,12 @@ class Scheduler {
   // contract (block_io.h) holds for buffers and for `done`: it must not
   // block on I/O and may call Submit().
   void Submit(Lane lane, std::span<device::IoRequest> reqs, CancelFlag cancel = nullptr);
+
+  // Moves every request queued in the prefetch lane whose IoRequest::group
+  // is `group` to the tail of the read lane's queue, in order, and
+  // dispatches what the rules allow. Returns how many moved; requests
+  // already dispatched stay where they are. A null group is ignored.
+  size_t Promote(const void* group);
 
   // Sets `*flag` and completes, with ECANCELED on the scheduler's thread,
   // every queued request whose CancelFlag is `flag`; dispatched ones are not
@@ -182,6 +195,7 @@ class Scheduler {
     std::atomic<uint64_t> bytes{0};
     std::atomic<uint64_t> errors{0};
     std::atomic<uint64_t> cancelled{0};
+    std::atomic<uint64_t> promoted{0};
     Histogram latency;
     Histogram queue_wait;
   };

@@ -200,3 +200,27 @@ def test_serial_loads_in_store_order_read_ahead_of_the_loop(vol):
     for k in keys[2:]:
         assert read_file(vol.p(k)) == data[k], k
     assert read_stats(vol.path)["cache"]["prefetch_used_bytes"] >= used + 7 * MiB
+
+
+def test_load_of_a_key_whose_prefetch_is_still_queued_promotes_it(make_volume):
+    """Prefetches queued for a batch of keys (by its lookups, or here by
+    the control file, which queues them before its write returns) go to the
+    device one file at a time (lane_prefetch=1). A load of the last key does
+    not wait for all the others: its queued prefetch moves to the read
+    lane."""
+    v = make_volume("promote", size=GiB, options="lane_prefetch=1")
+    v.mount.start()
+    keys = [f"key-{i:02d}" for i in range(48)]
+    data = {k: payload(k, 4 * MiB) for k in keys}
+    for k in keys:
+        write_file(v.p(k), data[k])
+    with open(v.p(".kvfs", "drop_cache"), "w") as f:
+        f.write("1")
+    with open(v.p(".kvfs", "prefetch"), "w") as f:
+        f.write("".join(k + "\n" for k in keys))
+    # 47 files of 4 MiB, one at a time, are still ahead of the last one.
+    assert read_file(v.p(keys[-1])) == data[keys[-1]]
+    lane = read_stats(v.path)["lanes"]["prefetch"]
+    assert lane["promoted"] >= 1, lane
+    for k in keys:
+        assert read_file(v.p(k)) == data[k], k

@@ -593,6 +593,59 @@ TEST_F(SchedulerTest, FreedCapacityGoesToWritesBeforePrefetch) {
   EXPECT_EQ(completed.load(), 14);
 }
 
+// A queued prefetch that a reader waits for (Promote with its group) goes
+// to the read lane and past the prefetches queued before it; dispatched
+// requests and other groups stay where they are.
+TEST_F(SchedulerTest, PromotedPrefetchOvertakesTheRestOfThePrefetchQueue) {
+  ASSERT_NO_FATAL_FAILURE(OpenImage(8 * kMiB));
+  GateIo gate(*engine_);
+  SchedulerOptions o = SmallOptions();
+  o.limits[LaneIndex(Lane::kPrefetch)] = {2, 64 * kMiB};
+  AlignedBuf buf = Aligned(kMiB);
+  std::memset(buf.get(), 5, kMiB);
+  int groups[6];
+  std::mutex mu;
+  std::vector<int> codes(6, -1);
+  Latch latch(6);
+  std::vector<IoRequest> p;
+  for (int i = 0; i < 6; ++i) {
+    IoRequest r{IoOp::kRead, 0, uint64_t(i) * 4 * kKiB, buf.get() + i * 4 * kKiB, 4 * kKiB,
+                [&, i](Status st) {
+                  NoteNotInline();
+                  {
+                    std::lock_guard<std::mutex> l(mu);
+                    codes[i] = st.code();
+                  }
+                  latch.Arrive();
+                }};
+    r.group = &groups[i < 5 ? i : 4];  // the last two share a group
+    p.push_back(std::move(r));
+  }
+  {
+    Scheduler sched(gate, o);
+    OpenAtExit open_gate(gate);
+    sched.Submit(Lane::kPrefetch, p);  // 0 and 1 dispatched (parked), 2-5 queued
+    ASSERT_EQ(gate.arrivals().size(), 2u);
+    EXPECT_EQ(sched.Promote(nullptr), 0u);
+    EXPECT_EQ(sched.Promote(&groups[0]), 0u);  // dispatched already
+    EXPECT_EQ(sched.Promote(&groups[4]), 2u);  // 4 and 5, in order, at once
+    std::vector<uint64_t> a = gate.arrivals();
+    ASSERT_EQ(a.size(), 4u);
+    EXPECT_EQ(a[2], 4 * 4 * kKiB);
+    EXPECT_EQ(a[3], 5 * 4 * kKiB);
+    auto snap = sched.Snapshot();
+    EXPECT_EQ(snap[LaneIndex(Lane::kPrefetch)].promoted, 2u);
+    EXPECT_EQ(snap[LaneIndex(Lane::kPrefetch)].queued, 2u);  // 2 and 3 wait their turn
+    EXPECT_EQ(snap[LaneIndex(Lane::kRead)].inflight, 2u);
+    gate.Open();
+    ASSERT_TRUE(latch.Wait());
+    snap = sched.Snapshot();
+    EXPECT_EQ(snap[LaneIndex(Lane::kRead)].ops, 2u);
+    EXPECT_EQ(snap[LaneIndex(Lane::kPrefetch)].ops, 4u);
+  }
+  EXPECT_EQ(codes, std::vector<int>(6, 0));
+}
+
 // A read too large for the device room left waits at the head of its lane,
 // and smaller requests of lower lanes that would fit do not overtake it:
 // the room that frees up is kept for the read.
