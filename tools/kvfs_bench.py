@@ -944,8 +944,11 @@ class Bench:
         self.progress.step(f"fio: writing {fmt_size(region)} of {target} before reading it")
         run(self.fio_cmd + ["--rw=write", "--bs=4M", "--iodepth=16"], timeout=1800)
         self.progress.result("done")
-        if is_dev and target in (self.args.kvfs_device, self.args.ext4_device):
-            # mkfs is about to format the device: every fio round runs now.
+        if target not in self.fio_files:
+            # A device or file of the user's, which may be (or overlap) what
+            # kvfs or ext4 are about to be made on: every fio round runs now,
+            # before they are. Only fio's own scratch file is measured in the
+            # rounds between the workloads.
             for rnd in range(c["rounds"]):
                 self.run_fio_round(rnd)
             self.fio_rounds_done = True
@@ -1422,7 +1425,7 @@ def summarize(samples, cfg):
     for s in samples:
         if s["workload"] == "fio" or s.get("available") is False:
             continue
-        key = (s["workload"], s["op"], s["mode"], s["size"], s["batches"])
+        key = (s["workload"], s["op"], s["mode"], s["size"], s["batches"], s.get("keys"))
         if key not in groups:
             groups[key] = {"unit": s["unit"], "keys": s.get("keys")}
             order.append(key)
@@ -1430,7 +1433,7 @@ def summarize(samples, cfg):
 
     rows = []
     for key in order:
-        workload, op, mode, size, m = key
+        workload, op, mode, size, m, _ = key
         g = groups[key]
         row = {"workload": workload, "op": op, "mode": mode, "size": size, "batches": m,
                "keys": g["keys"], "unit": g["unit"],
@@ -1716,7 +1719,7 @@ def resolve_config(a):
             raise BenchError(f"--{name.replace('_', '-')} must be at least 1")
     if min(cfg["batches"]) < 1 or min(cfg["fio_depths"]) < 1 or \
             min(k for k, _ in cfg["batch_shapes"]) < 1:
-        raise BenchError("--batches and --fio-depths must be at least 1")
+        raise BenchError("--batches, --fio-depths and the keys of --batch-shapes must be at least 1")
     # Every workload deletes its files before the next one starts; the
     # largest working set must fit, with room for allocation slack.
     need = 0

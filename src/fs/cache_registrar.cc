@@ -29,6 +29,8 @@ void CacheRegistrar::Stop() {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+  for (const auto& [base, len] : registered_) volume_.UnregisterMemory(base, len);
+  registered_.clear();
 }
 
 void CacheRegistrar::Run() {
@@ -55,6 +57,7 @@ void CacheRegistrar::Run() {
                   std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count(),
                   std::chrono::duration_cast<std::chrono::microseconds>(
                       std::chrono::steady_clock::now() - t1).count());
+    if (st.ok()) registered_.emplace_back(base, len);
     if (!st.ok() && !std::exchange(warned_, true)) {
       spdlog::warn("RAM cache memory is not registered with io_uring, reads will be slower: {}",
                    st.ToString());

@@ -9,7 +9,8 @@
 // engine only uses READ_FIXED for memory it has registered).
 //
 // Thread safety: Enqueue from any thread (the arena calls it under its
-// lock: it only queues). Stop() once, before the memory goes.
+// lock: it only queues). Stop() before the memory goes (the destructor
+// does): the engine must not keep a registration of unmapped memory.
 #pragma once
 
 #include <condition_variable>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "volume/volume.h"
 
@@ -34,8 +36,9 @@ class CacheRegistrar {
 
   // Queues [base, base + len) for registration.
   void Enqueue(const char* base, size_t len);
-  // Drops what is still queued and joins the thread (a registration under
-  // way finishes first). Idempotent.
+  // Drops what is still queued, joins the thread (a registration under
+  // way finishes first) and unregisters every piece it registered. Call it
+  // only when no I/O into those pieces is in flight. Idempotent.
   void Stop();
 
  private:
@@ -45,6 +48,8 @@ class CacheRegistrar {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<const char*, size_t>> queue_;  // GUARDED_BY(mu_)
+  // Registered so far; only the registrar thread, then Stop(), touch it.
+  std::vector<std::pair<const char*, size_t>> registered_;
   bool stop_ = false;                                 // GUARDED_BY(mu_)
   bool warned_ = false;  // only the registrar thread touches it
   std::thread thread_;

@@ -9,6 +9,11 @@ bool CachedChunk::WaitIfLoading(std::function<void(bool ok)> fn) {
   return true;
 }
 
+bool CachedChunk::has_waiters() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_ == State::kLoading && !waiters_.empty();
+}
+
 CachedChunk::State CachedChunk::state() const {
   std::lock_guard<std::mutex> l(mu_);
   return state_;

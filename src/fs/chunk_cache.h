@@ -52,6 +52,8 @@ struct CachedChunk {
   // failed -- the caller then uses state() directly. 
   bool WaitIfLoading(std::function<void(bool ok)> fn);
   State state() const;
+  // True while it is loading and a reader waits for it.
+  bool has_waiters() const;
   // Marks the load done and runs the waiters.
   void Finish(bool ok);
 

@@ -717,7 +717,17 @@ std::shared_ptr<CachedChunk> FileSystem::Impl::StartChunkLoad(const InodeRef& i,
   return entry;
 }
 
-uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch) {
+void FileSystem::Impl::PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>>* entries) {
+  // A reader registers its wait and then promotes; this runs after the
+  // submission: one of the two finds the other's work done.
+  for (const auto& e : *entries) {
+    if (e->has_waiters()) sched_->Promote(e.get());
+  }
+  entries->clear();
+}
+
+uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch,
+                                    std::vector<std::shared_ptr<CachedChunk>>* entries) {
   if (!inode->is_reg() || inode->deleted) return 0;
   if (inode->rec.size > options_.prefetch_file_max_bytes) return 0;
   uint64_t bytes = 0;
@@ -731,6 +741,7 @@ uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::I
     if (!entry) continue;  // cached already, or no room
     ++loads;
     bytes += entry->capacity;
+    if (entries != nullptr) entries->push_back(entry);
     auto left = std::make_shared<std::atomic<size_t>>(cs.extents.size());
     auto ok = std::make_shared<std::atomic<bool>>(true);
     for (const auto& fe : cs.extents) {

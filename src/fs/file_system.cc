@@ -33,8 +33,8 @@ FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
       sched_(std::make_unique<io::Scheduler>(volume.io(), LaneOptions(volume, options))),
       pool_(volume.buffers()),
       options_(options),
-      cache_registrar_(std::move(cache_registrar)),
       cache_arena_(std::move(cache_arena)),
+      cache_registrar_(std::move(cache_registrar)),
       cache_(std::make_unique<ChunkCache>(*cache_arena_)) {
   committer_ = std::make_unique<Committer>(
       volume_.index(), [this](Change& c, index::WriteBatch& b) { BuildChange(c, b); },
@@ -52,9 +52,9 @@ FileSystem::Impl::~Impl() {
   prefetch_cv_.notify_one();
   prefetch_thread_.join();  // before the scheduler it submits to goes
   sched_.reset();  // every request completes (their callbacks may queue changes)
-  // No I/O into the cache is left, and nothing registers any more.
+  // No I/O into the cache is left: nothing registers any more, and what
+  // was registered is unregistered.
   cache_registrar_->Stop();
-  volume_.UnregisterMemory(cache_arena_->region(), cache_arena_->region_bytes());
   committer_.reset();
   std::lock_guard<std::mutex> l(table_mu_);
   inodes_.clear();  // returns staging buffers to the pool
@@ -396,6 +396,7 @@ void FileSystem::Impl::PrefetchLoop() {
   std::vector<InodeRef> batch;
   std::vector<uint64_t> inos;
   std::vector<device::IoRequest> reqs;
+  std::vector<std::shared_ptr<CachedChunk>> entries;
   for (;;) {
     {
       std::unique_lock<std::mutex> l(prefetch_mu_);
@@ -423,10 +424,11 @@ void FileSystem::Impl::PrefetchLoop() {
     }
     for (const InodeRef& inode : batch) {
       std::lock_guard<std::mutex> l(inode->mu);
-      Prefetch(inode, &reqs);
+      Prefetch(inode, &reqs, &entries);
     }
     if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
     reqs.clear();
+    PromoteWaitedFor(&entries);
     batch.clear();  // drops the references outside prefetch_mu_
     // Readahead guesses: an inode that is gone, a directory, a file being
     // deleted or an unlinked one still open is skipped; the prefetched ones
@@ -444,12 +446,13 @@ void FileSystem::Impl::PrefetchLoop() {
       uint64_t started = 0;
       {
         std::lock_guard<std::mutex> l((*i)->mu);
-        if (!(*i)->orphan) started = Prefetch(*i, &reqs);
+        if (!(*i)->orphan) started = Prefetch(*i, &reqs, &entries);
       }
       if (started > 0) {
         RetainPrefetched(*i, &retained_readahead_, kRetainedReadahead);
         sched_->Submit(io::Lane::kPrefetch, reqs);
         reqs.clear();
+        PromoteWaitedFor(&entries);
       }
       Unpin(*i);  // evicts a guess loaded only for this and not retained
     }
@@ -579,10 +582,12 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
   if (volume.read_only()) return Status::Error(EROFS, "FileSystem needs a read-write volume");
   KVFS_RETURN_IF_ERROR(Impl::LaneOptions(volume, options).Validate());
   // The cache's memory is registered with the io engine a piece at a time,
-  // in the background (cache_registrar.h).
+  // in the background (cache_registrar.h). Declared first, the arena goes
+  // last if this fails: after the registrar has stopped and unregistered.
+  std::unique_ptr<BuddyArena> arena;
   auto registrar = std::make_unique<CacheRegistrar>(volume);
   KVFS_ASSIGN_OR_RETURN(
-      std::unique_ptr<BuddyArena> arena,
+      arena,
       BuddyArena::Create(options.cache_bytes, [r = registrar.get()](const char* base, size_t len) {
         r->Enqueue(base, len);
       }));

@@ -266,9 +266,15 @@ class FileSystem::Impl {
   // Starts loading the file's chunks into the cache (prefetch lane), within
   // the budgets. Returns the bytes it started loading. With `batch`, the
   // device reads are appended there for the caller to submit on the
-  // prefetch lane (one submission for many files) instead of submitted now.
+  // prefetch lane (one submission for many files) instead of submitted now,
+  // and the entries started to `entries`: a reader may find one and wait
+  // before it is submitted, so the caller promotes those with waiters after
+  // submitting (PromoteWaitedFor).
   // REQUIRES: inode->mu held.
-  uint64_t Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr);
+  uint64_t Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr,
+                    std::vector<std::shared_ptr<CachedChunk>>* entries = nullptr);
+  // Promotes the loads of `entries` that a reader waits for, and clears it.
+  void PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>>* entries);
   // Lookup-driven prefetch runs on prefetch_thread_, so that a stat storm's
   // replies do not wait for cache allocation and I/O submission. Queues at
   // most kMaxQueuedPrefetches inodes (speculative work: more are dropped).
@@ -350,9 +356,10 @@ class FileSystem::Impl {
 
   std::atomic<uint64_t> next_token_{1};
   FsMetrics metrics_;
-  // The cache's memory; destroyed after the cache and its entries.
-  std::unique_ptr<CacheRegistrar> cache_registrar_;
+  // The cache's memory; destroyed after the cache and its entries, and
+  // after the registrar has unregistered it.
   std::unique_ptr<BuddyArena> cache_arena_;
+  std::unique_ptr<CacheRegistrar> cache_registrar_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<Committer> committer_;
 

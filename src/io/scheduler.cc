@@ -186,7 +186,7 @@ void Scheduler::Submit(Lane lane, std::span<device::IoRequest> reqs, CancelFlag 
     LaneState& s = lanes_[li];
     for (Op* op : ops) {
       s.queue.push_back(op);
-      s.queued_bytes += op->req.len;
+      Queued(s, op);
     }
     Pump(&batch, &dropped);
   }
@@ -194,6 +194,18 @@ void Scheduler::Submit(Lane lane, std::span<device::IoRequest> reqs, CancelFlag 
   Dispatch(&batch);
   // `done` must not run inside Submit().
   for (Op* op : dropped) CompleteLater(op, Cancelled(op->req));
+}
+
+void Scheduler::Queued(LaneState& s, const Op* op) {
+  s.queued_bytes += op->req.len;
+  if (op->req.group != nullptr) s.queued_groups[op->req.group]++;
+}
+
+void Scheduler::Unqueued(LaneState& s, const Op* op) {
+  s.queued_bytes -= op->req.len;
+  if (op->req.group == nullptr) return;
+  auto it = s.queued_groups.find(op->req.group);
+  if (--it->second == 0) s.queued_groups.erase(it);
 }
 
 size_t Scheduler::Promote(const void* group) {
@@ -205,20 +217,26 @@ size_t Scheduler::Promote(const void* group) {
     std::lock_guard<std::mutex> l(mu_);
     LaneState& from = lanes_[LaneIndex(Lane::kPrefetch)];
     LaneState& to = lanes_[LaneIndex(Lane::kRead)];
-    for (auto it = from.queue.begin(); it != from.queue.end();) {
+    auto g = from.queued_groups.find(group);
+    if (g == from.queued_groups.end()) return 0;
+    size_t left = g->second;
+    const uint64_t now = NowNs();
+    for (auto it = from.queue.begin(); left > 0 && it != from.queue.end();) {
       Op* op = *it;
       if (op->req.group != group) {
         ++it;
         continue;
       }
       it = from.queue.erase(it);
-      from.queued_bytes -= op->req.len;
+      Unqueued(from, op);  // may erase `g`
+      --left;
       op->lane = Lane::kRead;
+      op->submit_ns = now;  // the read lane's latency counts from here
       to.queue.push_back(op);
-      to.queued_bytes += op->req.len;
+      Queued(to, op);
       ++moved;
     }
-    if (moved > 0) Pump(&batch, &dropped);
+    Pump(&batch, &dropped);
   }
   if (moved == 0) return 0;
   stats_[LaneIndex(Lane::kPrefetch)].promoted.fetch_add(moved, std::memory_order_relaxed);
@@ -237,7 +255,7 @@ void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>*
       Op* op = s.queue.front();
       if (op->cancel && op->cancel->load(std::memory_order_acquire)) {
         s.queue.pop_front();
-        s.queued_bytes -= op->req.len;
+        Unqueued(s, op);
         dropped->push_back(op);
         continue;
       }
@@ -255,7 +273,7 @@ void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>*
       if (!device_room) return;
 
       s.queue.pop_front();
-      s.queued_bytes -= op->req.len;
+      Unqueued(s, op);
       s.inflight++;
       s.inflight_commands += op->commands;
       s.inflight_bytes += op->req.len;
@@ -364,7 +382,7 @@ void Scheduler::Cancel(const CancelFlag& flag) {
       const size_t before = dropped.size();
       for (Op* op : s.queue) {
         if (op->cancel == flag) {
-          s.queued_bytes -= op->req.len;
+          Unqueued(s, op);
           dropped.push_back(op);
         }
       }

@@ -36,9 +36,10 @@
 //
 // Promotion: a reader that finds the data it needs in a prefetch still
 // queued calls Promote() with the request's `group` (the cache entry), and
-// those requests move to the tail of the read lane. Why: prefetch runs deep
-// (lookups queue whole batches of files), and a serial reader waiting for
-// the next key's chunk must not wait behind the rest of the batch.
+// those requests move to the tail of the read lane. Why: lookups queue
+// prefetches for whole batches of files at once, and a serial reader
+// waiting for the next key's chunk must not wait behind the rest of the
+// batch.
 //
 // Cancellation: Submit() takes an optional CancelFlag shared by the requests
 // of the call. A request whose flag is true when it would be dispatched is
@@ -55,7 +56,8 @@
 //   sched.Submit(Lane::kRead, std::span(&r, 1), cancel_flag);
 //
 // Thread safety: every method may be called from any thread, including from
-// a `done` callback (Submit() and Cancel(); not the *Sync helpers). The
+// a `done` callback (Submit(), Promote() and Cancel(); not the *Sync
+// helpers). The
 // destructor must not run inside a `done`, and once it has started only
 // `done` callbacks may still call Submit().
 #pragma once
@@ -69,6 +71,7 @@
 #include <mutex>
 #include <span>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -185,6 +188,9 @@ class Scheduler {
   struct LaneState {
     std::deque<Op*> queue;           // GUARDED_BY(mu_), FIFO
     uint64_t queued_bytes = 0;       // GUARDED_BY(mu_)
+    // Queued requests per non-null group, so that Promote() of a group
+    // with nothing queued (its loads are at the device) costs no scan.
+    std::unordered_map<const void*, uint32_t> queued_groups;  // GUARDED_BY(mu_)
     uint32_t inflight = 0;           // GUARDED_BY(mu_)
     uint64_t inflight_commands = 0;  // GUARDED_BY(mu_)
     uint64_t inflight_bytes = 0;     // GUARDED_BY(mu_)
@@ -200,6 +206,10 @@ class Scheduler {
     Histogram queue_wait;
   };
 
+  // Queue bookkeeping of `op` joining or leaving `s.queue` (the caller
+  // moves it). REQUIRES: mu_ held.
+  static void Queued(LaneState& s, const Op* op);
+  static void Unqueued(LaneState& s, const Op* op);
   // Moves what may be dispatched now from the queues into `dispatch` (as
   // requests for io_) and cancelled heads into `dropped`.
   // REQUIRES: mu_ held.
