@@ -247,10 +247,16 @@ size_t Scheduler::Promote(const void* group) {
 
 void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>* dropped) {
   uint64_t now = 0;
+  const LaneState& rd = lanes_[LaneIndex(Lane::kRead)];
+  const LaneState& pf = lanes_[LaneIndex(Lane::kPrefetch)];
+  const bool reading = rd.inflight > 0 || !rd.queue.empty() || pf.inflight > 0 || !pf.queue.empty();
   for (Lane lane : kLanePriority) {
     const size_t li = LaneIndex(lane);
     LaneState& s = lanes_[li];
-    const LaneLimit& limit = options_.limits[li];
+    LaneLimit limit = options_.limits[li];
+    if (lane == Lane::kWrite && reading) {
+      limit.max_commands = std::max<uint32_t>(1, limit.max_commands / kWriteDivisorWhileReading);
+    }
     while (!s.queue.empty()) {
       Op* op = s.queue.front();
       if (op->cancel && op->cancel->load(std::memory_order_acquire)) {

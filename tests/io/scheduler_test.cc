@@ -555,7 +555,7 @@ TEST_F(SchedulerTest, FreedCapacityGoesToWritesBeforePrefetch) {
   SchedulerOptions o = SmallOptions();
   o.device_commands = 8;
   for (auto& l : o.limits) l = {8, 64 * kMiB};
-  o.limits[LaneIndex(Lane::kWrite)].max_commands = 3;
+  o.limits[LaneIndex(Lane::kWrite)].max_commands = 4;  // 1 while reads are busy
   o.limits[LaneIndex(Lane::kPrefetch)].max_commands = 3;
   AlignedBuf buf = Aligned(8 * kMiB);
   std::memset(buf.get(), 3, 8 * kMiB);
@@ -584,10 +584,12 @@ TEST_F(SchedulerTest, FreedCapacityGoesToWritesBeforePrefetch) {
     sched.Submit(Lane::kWrite, w);
     ASSERT_EQ(gate.arrivals().size(), 8u);
     for (int k = 0; k < 6; ++k) ASSERT_NO_FATAL_FAILURE(gate.ReleaseOne());
+    // Freed room: the write lane first, at its bound while reads are busy
+    // (a quarter of 4), then prefetch.
     std::vector<uint64_t> a = gate.arrivals();
-    ASSERT_EQ(a.size(), 14u);
-    for (size_t k = 8; k < 11; ++k) EXPECT_EQ(a[k] / kMiB, LaneIndex(Lane::kWrite)) << k;
-    for (size_t k = 11; k < 14; ++k) EXPECT_EQ(a[k] / kMiB, LaneIndex(Lane::kPrefetch)) << k;
+    ASSERT_EQ(a.size(), 12u);
+    EXPECT_EQ(a[8] / kMiB, LaneIndex(Lane::kWrite));
+    for (size_t k = 9; k < 12; ++k) EXPECT_EQ(a[k] / kMiB, LaneIndex(Lane::kPrefetch)) << k;
     gate.Open();
   }
   EXPECT_EQ(completed.load(), 14);
@@ -644,6 +646,40 @@ TEST_F(SchedulerTest, PromotedPrefetchOvertakesTheRestOfThePrefetchQueue) {
     EXPECT_EQ(snap[LaneIndex(Lane::kPrefetch)].ops, 4u);
   }
   EXPECT_EQ(codes, std::vector<int>(6, 0));
+}
+
+// While a read is queued or in flight, write-behind starts only a quarter
+// of its commands; once reads are done it gets its whole bound back.
+TEST_F(SchedulerTest, WriteLaneYieldsWhileReadsAreBusy) {
+  ASSERT_NO_FATAL_FAILURE(OpenImage(8 * kMiB));
+  GateIo gate(*engine_);
+  SchedulerOptions o = SmallOptions();
+  o.limits[LaneIndex(Lane::kWrite)] = {8, 64 * kMiB};
+  AlignedBuf buf = Aligned(kMiB);
+  std::memset(buf.get(), 7, kMiB);
+  Latch latch(7);
+  auto req = [&](IoOp op, uint64_t off) {
+    return IoRequest{op, 0, off, buf.get(), 4 * kKiB, [&](Status st) {
+                       NoteNotInline();
+                       EXPECT_TRUE(st.ok());
+                       latch.Arrive();
+                     }};
+  };
+  {
+    Scheduler sched(gate, o);
+    OpenAtExit open_gate(gate);
+    std::vector<IoRequest> r{req(IoOp::kRead, 0)};
+    SubmitMarked(sched, Lane::kRead, r);  // parked: reads are busy
+    std::vector<IoRequest> w;
+    for (uint64_t i = 1; i <= 6; ++i) w.push_back(req(IoOp::kWrite, i * 4 * kKiB));
+    SubmitMarked(sched, Lane::kWrite, w);
+    EXPECT_EQ(gate.arrivals().size(), 3u);  // the read and 8 / 4 writes
+    EXPECT_EQ(sched.Snapshot()[LaneIndex(Lane::kWrite)].queued, 4u);
+    ASSERT_NO_FATAL_FAILURE(gate.ReleaseOne());  // the read completes
+    EXPECT_EQ(gate.arrivals().size(), 7u);       // the other four writes go
+    gate.Open();
+    ASSERT_TRUE(latch.Wait());
+  }
 }
 
 // A read too large for the device room left waits at the head of its lane,
