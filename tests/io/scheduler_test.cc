@@ -43,6 +43,13 @@ AlignedBuf Aligned(size_t len) {
   return AlignedBuf(static_cast<char*>(std::aligned_alloc(kBlockSize, len)));
 }
 
+// `len` bytes of `byte`, aligned.
+AlignedBuf Filled(size_t len, int byte) {
+  AlignedBuf b = Aligned(len);
+  std::memset(b.get(), byte, len);
+  return b;
+}
+
 void FillPattern(char* p, size_t len, uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
   for (size_t i = 0; i + 8 <= len; i += 8) {
@@ -603,8 +610,7 @@ TEST_F(SchedulerTest, PromotedPrefetchOvertakesTheRestOfThePrefetchQueue) {
   GateIo gate(*engine_);
   SchedulerOptions o = SmallOptions();
   o.limits[LaneIndex(Lane::kPrefetch)] = {2, 64 * kMiB};
-  AlignedBuf buf = Aligned(kMiB);
-  std::memset(buf.get(), 5, kMiB);
+  AlignedBuf buf = Filled(kMiB, 5);
   int groups[6];
   std::mutex mu;
   std::vector<int> codes(6, -1);
@@ -655,8 +661,7 @@ TEST_F(SchedulerTest, WriteLaneYieldsWhileReadsAreBusy) {
   GateIo gate(*engine_);
   SchedulerOptions o = SmallOptions();
   o.limits[LaneIndex(Lane::kWrite)] = {8, 64 * kMiB};
-  AlignedBuf buf = Aligned(kMiB);
-  std::memset(buf.get(), 7, kMiB);
+  AlignedBuf buf = Filled(kMiB, 7);
   Latch latch(7);
   auto req = [&](IoOp op, uint64_t off) {
     return IoRequest{op, 0, off, buf.get(), 4 * kKiB, [&](Status st) {
