@@ -172,6 +172,15 @@ def fmt_size(n):
     return str(n)
 
 
+def parse_shape(text, what):
+    """KEYSxSIZE (64x4M) as (keys, bytes); BenchError naming `what`."""
+    keys, _, size = text.lower().partition("x")
+    try:
+        return int(keys), parse_size(size)
+    except (ValueError, BenchError):
+        raise BenchError(f"{what}: expected KEYSxSIZE such as 64x4M, got {text!r}") from None
+
+
 def parse_list(text, conv, what):
     items = [t.strip() for t in str(text).split(",") if t.strip()]
     if not items:
@@ -773,6 +782,7 @@ class Bench:
         self.lock_fd = None
         self.fio_files = []
         self.fio_cmd = None
+        self.fio_target = None
         self.fio_rounds_done = False
         self.made_mnt_dirs = []
 
@@ -937,6 +947,7 @@ class Bench:
                 region = min(region, f.seek(0, os.SEEK_END))
         elif target in self.fio_files:
             region = min(region, c["image_size"])
+        self.fio_target = target
         self.fio_cmd = [fio, "--name=kvfs-bench", f"--filename={target}", "--ioengine=io_uring",
                         "--direct=1", "--offset=0", f"--size={region}", "--output-format=json"]
         # Reads of never-written (unallocated or unwritten) blocks cost the
@@ -973,7 +984,7 @@ class Bench:
                                 value=mbps, unit="MB/s", iops=job["iops"],
                                 bytes=job["io_bytes"], seconds=job["runtime"] / 1000,
                                 lat_mean_us=job["clat_ns"]["mean"] / 1000,
-                                target=self.fio_cmd[2].partition("=")[2])
+                                target=self.fio_target)
                     self.progress.result(f"{mbps:.0f} MB/s")
 
     # ------------------------------------------------------------ lmcache
@@ -1692,20 +1703,10 @@ def resolve_config(a):
     cfg["fio_depths"] = parse_list(pick("fio_depths"), int, "--fio-depths")
     cfg["fio_region"] = parse_size(pick("fio_region"))
     cfg["lookup_names"] = pick("lookup_names")
-    rk, _, rs = pick("restore").lower().partition("x")
-    try:
-        cfg["restore_keys"], cfg["restore_size"] = int(rk), parse_size(rs)
-    except (ValueError, BenchError):
-        raise BenchError(f"--restore: expected KEYSxSIZE such as 64x4M, got {pick('restore')!r}") \
-            from None
-    cfg["batch_shapes"] = []
-    for shape in parse_list(pick("batch_shapes"), str.strip, "--batch-shapes"):
-        bk, _, bs = shape.lower().partition("x")
-        try:
-            cfg["batch_shapes"].append((int(bk), parse_size(bs)))
-        except (ValueError, BenchError):
-            raise BenchError(f"--batch-shapes: expected KEYSxSIZE such as 64x256K, got {shape!r}") \
-                from None
+    cfg["restore_keys"], cfg["restore_size"] = parse_shape(pick("restore"), "--restore")
+    cfg["batch_shapes"] = parse_list(pick("batch_shapes"),
+                                     lambda t: parse_shape(t, "--batch-shapes"),
+                                     "--batch-shapes")
     cfg["burst"] = parse_size(pick("burst"))
     cfg["image_size"] = parse_size(pick("image_size"))
     bad = [m for m in cfg["modes"] if m not in MODES]

@@ -6,12 +6,12 @@
 // can have huge pages (MADV_HUGEPAGE) and the io engine can register it
 // (IoEngine::RegisterRegion); on a VM, device reads into such memory ran
 // 1.5-1.8x faster than into ordinary buffers. Registering pins memory, so
-// it happens a piece (kPieceBytes) at a time, ahead of use: the first
-// piece when the arena is made, each next one when a block in the second
-// half of the one before it is first handed out (`on_first_use`). A mount pins at most
-// one piece it has not used, and the lowest free block is always handed out
-// first, so use stays packed. Ahead, because the first read into fresh
-// MADV_HUGEPAGE memory waited 9-80 ms for its pages to be made.
+// it happens a piece (kPieceBytes) at a time, ahead of use: the first piece
+// when the arena is made, each next one when a block in the second half of
+// the one before it is first handed out (`on_first_use`). A mount pins at
+// most one piece it has not used, and the lowest free block is always
+// handed out first, so use stays packed. Ahead, because the first read
+// into fresh MADV_HUGEPAGE memory waited 9-80 ms for its pages to be made.
 // Blocks are not zeroed: their bytes are whatever the last user left.
 //
 //   auto arena = BuddyArena::Create(1 << 30);
@@ -72,8 +72,8 @@ class BuddyArena {
 
   // Called once with each piece of the region, at most kPieceBytes: the
   // first from Create, each other when a block in the second half of the
-  // piece before it is first handed out. Under the arena's lock, so it should only queue the
-  // work (fs/cache_registrar.h).
+  // piece before it is first handed out. Under the arena's lock, so it
+  // should only queue the work (fs/cache_registrar.h).
   using PieceHook = std::function<void(const char* base, size_t len)>;
 
   // A region of `bytes` rounded down to whole kMaxBlock blocks (0: an arena

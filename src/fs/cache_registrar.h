@@ -1,12 +1,13 @@
-// CacheRegistrar: registers pieces of the RAM cache's memory with the io
-// engine (Volume::RegisterMemory) on a thread of its own.
+// CacheRegistrar: makes the pages of pieces of the RAM cache's memory and
+// registers them with the io engine (Volume::RegisterMemory), on a thread
+// of its own.
 //
-// Why a thread: registering pins the pieces' pages, and for 64 MiB that
-// takes 100-140 ms on the dev VM (two rings, huge pages made and zeroed).
-// Done where the cache first uses a piece -- a lookup's prefetch on the
-// thread that reads /dev/fuse -- it stalled every request behind it. Until
-// its piece is registered, I/O into the cache works unregistered (the
-// engine only uses READ_FIXED for memory it has registered).
+// Why a thread: making 64 MiB of huge pages (zeroing, compaction) takes
+// ~64 ms on the dev VM, and registering then pins them (~0.3 ms). Done
+// where the cache first uses a piece -- a lookup's prefetch on the thread
+// that reads /dev/fuse -- it stalled every request behind it. Until its
+// piece is registered, I/O into the cache works unregistered (the engine
+// only uses READ_FIXED for memory it has registered).
 //
 // Thread safety: Enqueue from any thread (the arena calls it under its
 // lock: it only queues). Stop() before the memory goes (the destructor
