@@ -98,6 +98,7 @@ std::string StatsToJson(const StatsSnapshot& s) {
                 {"largest_free_bytes", s.largest_free},
                 {"free_extents", s.free_extents}};
   j["batch"] = {{"registrations", s.registrations}};
+  j["write_yield"] = {{"waits", s.write_yields}, {"waited_ms", s.write_yield_ns / 1000000.0}};
   j["errors"] = nlohmann::json::object();
   for (auto [code, n] : s.errors) j["errors"][ErrnoName(code)] = n;
   return j.dump(2) + "\n";
@@ -160,6 +161,12 @@ std::string StatsToPrometheus(const StatsSnapshot& s) {
   gauge("kvfs_space_largest_free_bytes", "gauge", "Largest free extent.", s.largest_free);
   gauge("kvfs_batch_registrations", "gauge", "Live batch-ioctl buffer registrations.",
         s.registrations);
+  gauge("kvfs_write_yields_total", "counter", "Writes that waited for another caller's reads.",
+        s.write_yields);
+  o << "# HELP kvfs_write_yield_seconds_total Time writes waited for other callers' reads.\n"
+       "# TYPE kvfs_write_yield_seconds_total counter\n"
+       "kvfs_write_yield_seconds_total "
+    << s.write_yield_ns / 1e9 << "\n";
   o << "# HELP kvfs_errors_total Failed calls by errno.\n# TYPE kvfs_errors_total counter\n";
   for (auto [code, n] : s.errors) o << "kvfs_errors_total{errno=\"" << ErrnoName(code) << "\"} " << n << "\n";
   return o.str();

@@ -84,6 +84,10 @@ struct StatsSnapshot {
   uint64_t total_bytes = 0, free_bytes = 0, largest_free = 0, free_extents = 0;
   // Live batch-ioctl buffer registrations (filled in by fuse/, which owns them).
   uint64_t registrations = 0;
+  // Writes that waited for another caller's reads, and how long in all
+  // (io::ReadPriority; filled in by fuse/).
+  uint64_t write_yields = 0;
+  uint64_t write_yield_ns = 0;
 };
 
 std::string StatsToJson(const StatsSnapshot& s);

@@ -219,6 +219,8 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     snap = std::make_shared<Snapshot>();
     fs::StatsSnapshot stats = s.fs->Stats();
     stats.registrations = s.registry.Live();
+    stats.write_yields = s.read_priority.waits();
+    stats.write_yield_ns = s.read_priority.waited_ns();
     snap->content =
         n->kind == Kind::kStats ? fs::StatsToJson(stats) : fs::StatsToPrometheus(stats);
   });

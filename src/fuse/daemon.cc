@@ -211,8 +211,11 @@ Mount::~Mount() {
 
 Status Mount::Run() {
   RequestLoop loop(se_, options_.max_threads, std::chrono::microseconds(options_.spin_us),
-                   [fs = state_->fs](uint64_t ino, uint64_t fh, uint64_t off, uint32_t size) {
-                     return control::Owns(ino) || fs->WriteMayWait(fh, off, size);
+                   [state = state_.get()](uint32_t pid, uint64_t ino, uint64_t fh, uint64_t off,
+                                          uint32_t size) {
+                     return control::Owns(ino) ||
+                            state->read_priority.WriteWouldWait(static_cast<pid_t>(pid)) ||
+                            state->fs->WriteMayWait(fh, off, size);
                    });
   int rc = loop.Run(TerminationSignals());
 

@@ -14,6 +14,7 @@
 #include "fuse/control.h"
 #include "fuse/ops.h"
 #include "fuse/reply.h"
+#include "fuse/request_loop.h"
 
 namespace kvfs::fuse::ops {
 
@@ -90,19 +91,24 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
   // back to the kernel for the next request instead of waiting on the device.
   std::shared_ptr<AsyncReply> reply;
   try {
+    // Other callers' writes wait until this read has its reply.
+    auto reading =
+        std::make_shared<io::ReadPriority::Reading>(s.read_priority, fuse_req_ctx(req)->pid);
     reply = AsyncReply::Start(req, "read", /*cancellable=*/true);
     s.fs->Read(
         fi->fh, static_cast<uint64_t>(off), size,
-        [reply](Status st, std::span<const char> data) {
-          if (!reply->Claim()) return;
-          if (st.code() == ECANCELED) {
-            // Interrupted: the kernel expects EINTR for a request it gave up.
-            fuse_reply_err(reply->req(), EINTR);
-          } else if (!st.ok()) {
-            ReplyStatus(reply->req(), st, "read");
-          } else {
-            fuse_reply_buf(reply->req(), data.data(), data.size());
+        [reply, reading](Status st, std::span<const char> data) {
+          if (reply->Claim()) {
+            if (st.code() == ECANCELED) {
+              // Interrupted: the kernel expects EINTR for a request it gave up.
+              fuse_reply_err(reply->req(), EINTR);
+            } else if (!st.ok()) {
+              ReplyStatus(reply->req(), st, "read");
+            } else {
+              fuse_reply_buf(reply->req(), data.data(), data.size());
+            }
           }
+          reading->End();
         },
         reply->cancel_flag());
   } catch (const std::bad_alloc&) {
@@ -117,6 +123,10 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
     return;
   }
   SessionState& s = StateOf(req);
+  // Another caller's reads go first (io/read_priority.h). The request loop
+  // runs a write that would wait on a worker (daemon.cc); one that started
+  // to wait only after it was handed to the receiver goes ahead.
+  if (!RequestLoop::OnReceiver()) s.read_priority.BeforeWrite(fuse_req_ctx(req)->pid);
   Result<size_t> r = NoThrow([&] {
     return s.fs->Write(fi->fh, static_cast<uint64_t>(off), std::span<const char>(buf, size));
   });

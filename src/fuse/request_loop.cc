@@ -68,7 +68,8 @@ bool RequestLoop::RunsInReceiver(const fuse_buf& buf, bool backlog) const {
       // other requests were already waiting, workers copy in parallel.
       if (backlog) return false;
       const auto* write = BodyOf<fuse_write_in>(buf);
-      return write == nullptr || !write_may_wait_(in->nodeid, write->fh, write->offset, write->size);
+      return write == nullptr || !write_may_wait_(in->pid, in->nodeid, write->fh, write->offset,
+                                                     write->size);
     }
     case FUSE_IOCTL: {
       // kvfs's own commands go to a worker: REGISTER opens the caller's
@@ -175,7 +176,14 @@ void RequestLoop::Stop() {
   work_cv_.notify_all();
 }
 
+namespace {
+thread_local bool t_on_receiver = false;
+}  // namespace
+
+bool RequestLoop::OnReceiver() { return t_on_receiver; }
+
 void RequestLoop::Receive() {
+  t_on_receiver = true;
   fuse_buf buf{};
   auto spin_until = std::chrono::steady_clock::now();
   bool waited = true;  // since the last request

@@ -41,10 +41,11 @@ namespace kvfs::fuse {
 
 class RequestLoop {
  public:
-  // True if a WRITE of `size` bytes at `off` through handle `fh` of inode
-  // `nodeid` may wait (fs::FileSystem::WriteMayWait, control files).
+  // True if a WRITE by caller `pid` of `size` bytes at `off` through handle
+  // `fh` of inode `nodeid` may wait (fs::FileSystem::WriteMayWait, control
+  // files, io::ReadPriority).
   using WriteMayWait =
-      std::function<bool(uint64_t nodeid, uint64_t fh, uint64_t off, uint32_t size)>;
+      std::function<bool(uint32_t pid, uint64_t nodeid, uint64_t fh, uint64_t off, uint32_t size)>;
 
   RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin,
               WriteMayWait write_may_wait);
@@ -59,6 +60,10 @@ class RequestLoop {
   // could not start, the device failed or the kernel's INIT was refused
   // (-EPROTO).
   int Run(const sigset_t& signals);
+
+  // True on the thread that reads requests from the kernel: a handler there
+  // must not wait, or every other caller waits with it.
+  static bool OnReceiver();
 
  private:
   void Receive();

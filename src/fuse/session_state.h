@@ -18,6 +18,7 @@
 #include "fs/batch.h"
 #include "fs/file_system.h"
 #include "fuse/buffer_registry.h"
+#include "io/read_priority.h"
 
 namespace kvfs::fuse {
 
@@ -72,6 +73,8 @@ struct SessionState {
   const CacheTimeouts timeouts;
   PendingReplies pending;
   Interrupts interrupts;
+  // Writes wait while another caller reads (io/read_priority.h).
+  io::ReadPriority read_priority;
   // The libfuse session, for notifications to the kernel (the batch ioctl
   // changes names behind the kernel's dentry cache). Set once, right after
   // the session is made, before any request.

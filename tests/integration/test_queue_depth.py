@@ -11,6 +11,7 @@
 import errno
 import os
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -224,3 +225,58 @@ def test_load_of_a_key_whose_prefetch_is_still_queued_promotes_it(make_volume):
     assert lane["promoted"] >= 1, lane
     for k in keys:
         assert read_file(v.p(k)) == data[k], k
+
+
+# Reads 1 MiB at a time from argv[1], around and around, until argv[2]
+# exists; says "reading" once it is.
+_READER = r"""
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+off, said = 0, False
+while not os.path.exists(sys.argv[2]):
+    if not os.pread(fd, 1 << 20, off):
+        raise SystemExit("short read")
+    off = (off + (1 << 20)) % size
+    if not said:
+        print("reading", flush=True)
+        said = True
+"""
+
+
+def test_writes_wait_for_another_callers_reads_but_not_for_their_own(vol):
+    """io/read_priority.h: while another process reads, a store's write
+    requests wait for its reads to pause (counted in the stats); a process's
+    own reads never hold up its writes (a copy within the mount); what is
+    written arrives whole either way."""
+    src = payload("being-read", 8 * MiB)
+    write_file(vol.p("src"), src)
+    stop = os.path.join(os.path.dirname(vol.path), "stop-reading")
+    reader = subprocess.Popen([sys.executable, "-c", _READER, vol.p("src"), stop],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline() == "reading\n"
+        before = read_stats(vol.path)["write_yield"]
+        stored = payload("stored-meanwhile", 16 * MiB)  # 16 write requests of 1 MiB
+        write_file(vol.p("stored"), stored)
+        during = read_stats(vol.path)["write_yield"]
+    finally:
+        open(stop, "w").close()
+        assert reader.wait(timeout=30) == 0
+    assert during["waits"] > before["waits"]
+    assert during["waited_ms"] > before["waited_ms"]
+    # No reader but ourselves: copy src 1 MiB at a time, reads and writes
+    # alternating, none of which may wait.
+    time.sleep(0.05)  # past the reader's last read
+    fd_in = os.open(vol.p("src"), os.O_RDONLY)
+    fd_out = os.open(vol.p("copy"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for off in range(0, len(src), MiB):
+            assert os.pwrite(fd_out, os.pread(fd_in, MiB, off), off) == MiB
+    finally:
+        os.close(fd_in)
+        os.close(fd_out)
+    after = read_stats(vol.path)["write_yield"]
+    assert after["waits"] == during["waits"]
+    assert read_file(vol.p("stored")) == stored
+    assert read_file(vol.p("copy")) == src
