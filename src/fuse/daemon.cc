@@ -170,7 +170,7 @@ void BlockTerminationSignals() {
 Result<std::unique_ptr<Mount>> Mount::Create(const MountOptions& options, fuse_args* args) {
   std::unique_ptr<Mount> m(new Mount());
   m->options_ = options;
-  m->state_ = std::make_unique<SessionState>(options.timeouts);
+  m->state_ = std::make_unique<SessionState>(options.timeouts, options.max_threads);
 
   // The kernel checks mode bits (fs/ checks only what it cannot); max_read
   // must match what Init() asks for, or libfuse refuses the connection.

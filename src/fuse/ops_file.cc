@@ -91,13 +91,22 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
   // back to the kernel for the next request instead of waiting on the device.
   std::shared_ptr<AsyncReply> reply;
   try {
-    // Other callers' writes wait until this read has its reply.
-    auto reading =
-        std::make_shared<io::ReadPriority::Reading>(s.read_priority, fuse_req_ctx(req)->pid);
     reply = AsyncReply::Start(req, "read", /*cancellable=*/true);
+    // Other callers' writes wait until this read has its reply. Ended
+    // before the reply is let go (members go in reverse order), also if
+    // the callback were dropped unanswered: the reply's end may end the
+    // session that holds read_priority.
+    struct Call {
+      Call(std::shared_ptr<AsyncReply> r, io::ReadPriority& p, pid_t pid)
+          : reply(std::move(r)), reading(p, pid) {}
+      std::shared_ptr<AsyncReply> reply;
+      io::ReadPriority::Reading reading;
+    };
+    auto call = std::make_shared<Call>(reply, s.read_priority, fuse_req_ctx(req)->pid);
     s.fs->Read(
         fi->fh, static_cast<uint64_t>(off), size,
-        [reply, reading](Status st, std::span<const char> data) {
+        [call](Status st, std::span<const char> data) {
+          const std::shared_ptr<AsyncReply>& reply = call->reply;
           if (reply->Claim()) {
             if (st.code() == ECANCELED) {
               // Interrupted: the kernel expects EINTR for a request it gave up.
@@ -108,7 +117,7 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
               fuse_reply_buf(reply->req(), data.data(), data.size());
             }
           }
-          reading->End();
+          call->reading.End();
         },
         reply->cancel_flag());
   } catch (const std::bad_alloc&) {

@@ -66,7 +66,14 @@ class Interrupts {
 };
 
 struct SessionState {
-  explicit SessionState(const CacheTimeouts& t) : timeouts(t) {}
+  // A quarter of the request loop's worker threads may hold a write that
+  // waits for reads; the rest stay free for the reads.
+  SessionState(const CacheTimeouts& t, unsigned max_threads)
+      : timeouts(t), read_priority([max_threads] {
+          io::ReadPriority::Options o;
+          o.max_waiting = max_threads / 4;
+          return o;
+        }()) {}
   // Set before the mount, so before any request arrives; never changes
   // afterwards.
   fs::FileSystem* fs = nullptr;

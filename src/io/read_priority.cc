@@ -1,14 +1,10 @@
 #include "io/read_priority.h"
 
 #include <algorithm>
-#include <thread>
 
 namespace kvfs::io {
 
 namespace {
-
-// How often a write waiting on a read in flight looks again.
-constexpr uint64_t kInflightPollNs = 200'000;
 
 uint64_t SteadyNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -22,47 +18,70 @@ ReadPriority::ReadPriority() : ReadPriority(Options{}) {}
 
 ReadPriority::ReadPriority(Options options) : options_([&] {
   if (!options.now_ns) options.now_ns = SteadyNs;
-  if (!options.sleep) options.sleep = [](std::chrono::nanoseconds d) { std::this_thread::sleep_for(d); };
   return std::move(options);
 }()) {}
 
 void ReadPriority::ReadStarted(pid_t reader) {
   last_reader_.store(reader, std::memory_order_relaxed);
-  reads_inflight_.fetch_add(1, std::memory_order_relaxed);
+  reads_inflight_.fetch_add(1);
   last_read_ns_.store(options_.now_ns(), std::memory_order_relaxed);
 }
 
 void ReadPriority::ReadDone() {
   last_read_ns_.store(options_.now_ns(), std::memory_order_relaxed);
-  reads_inflight_.fetch_sub(1, std::memory_order_relaxed);
+  if (reads_inflight_.fetch_sub(1) == 1 && sleepers_.load() > 0) {
+    // Under the lock, so that a write between its check and its wait
+    // cannot miss this.
+    std::lock_guard<std::mutex> l(mu_);
+    reads_ended_.notify_all();
+  }
 }
 
 bool ReadPriority::Yields(pid_t writer, uint64_t now) const {
   const uint64_t last = last_read_ns_.load(std::memory_order_relaxed);
   if (last == 0 || last_reader_.load(std::memory_order_relaxed) == writer) return false;
-  if (reads_inflight_.load(std::memory_order_relaxed) > 0) return true;
+  if (reads_inflight_.load() > 0) return true;
   const uint64_t quiet = std::chrono::nanoseconds(options_.quiet).count();
   return now < last + quiet;
 }
 
 bool ReadPriority::WriteWouldWait(pid_t writer) const {
-  return Yields(writer, options_.now_ns());
+  return options_.max_waiting > 0 && sleepers_.load(std::memory_order_relaxed) < options_.max_waiting &&
+         Yields(writer, options_.now_ns());
+}
+
+void ReadPriority::Sleep(std::chrono::nanoseconds d) {
+  if (options_.sleep) return options_.sleep(d);
+  std::unique_lock<std::mutex> l(mu_);
+  if (reads_inflight_.load() == 0) {
+    // No read in flight: only a new one could change the answer, and
+    // nothing signals those; the quiet window ends on its own.
+    reads_ended_.wait_for(l, d);
+  } else {
+    reads_ended_.wait_for(l, d, [this] { return reads_inflight_.load() == 0; });
+  }
 }
 
 std::chrono::nanoseconds ReadPriority::BeforeWrite(pid_t writer) {
+  if (sleepers_.fetch_add(1) >= options_.max_waiting) {
+    sleepers_.fetch_sub(1);
+    return std::chrono::nanoseconds(0);
+  }
   const uint64_t start = options_.now_ns();
   const uint64_t deadline = start + std::chrono::nanoseconds(options_.max_wait).count();
   const uint64_t quiet = std::chrono::nanoseconds(options_.quiet).count();
   uint64_t now = start;
   while (now < deadline && Yields(writer, now)) {
-    // Until the reads would have paused, were there no new one meanwhile
-    // (and no read in flight: then a short nap, as a read's end is not
-    // signalled).
-    uint64_t until = std::min(deadline, last_read_ns_.load(std::memory_order_relaxed) + quiet);
-    if (until <= now) until = std::min(deadline, now + kInflightPollNs);
-    options_.sleep(std::chrono::nanoseconds(until - now));
+    // Until the reads would have paused, were there no new one meanwhile;
+    // with a read in flight, until it ends (or the deadline).
+    uint64_t until = deadline;
+    if (reads_inflight_.load() == 0) {
+      until = std::min(deadline, last_read_ns_.load(std::memory_order_relaxed) + quiet);
+    }
+    Sleep(std::chrono::nanoseconds(until > now ? until - now : 1));
     now = options_.now_ns();
   }
+  sleepers_.fetch_sub(1);
   if (now == start) return std::chrono::nanoseconds(0);
   waits_.fetch_add(1, std::memory_order_relaxed);
   waited_ns_.fetch_add(now - start, std::memory_order_relaxed);

@@ -13,8 +13,9 @@
 // not slowed).
 //
 // Callers are told apart by the id the kernel gives with each request (the
-// thread's). Only the last reader is remembered: while two threads read, a
-// third thread's writes wait, and each reader's writes wait whenever the
+// thread's; 0 for callers outside the daemon's pid namespace, which then
+// never wait). Only the last reader is remembered: while two threads read,
+// a third thread's writes wait, and each reader's writes wait whenever the
 // other read last.
 //
 // Thread safety: every method may be called from any thread.
@@ -24,8 +25,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 
 namespace kvfs::io {
 
@@ -39,8 +42,12 @@ class ReadPriority {
     // writing thread still gets one request through per max_wait (1 MiB
     // per 20 ms: 50 MB/s).
     std::chrono::microseconds max_wait{20000};
-    // The clock and the sleep: the steady clock by default (tests step a
-    // clock of their own).
+    // Writes that may be waiting at once; beyond, writes go at once. Each
+    // holds a thread the reads may need (0: writes never wait).
+    unsigned max_waiting = 16;
+    // Tests step a clock of their own: `now_ns` and a `sleep` that advances
+    // it. By default: the steady clock, and a sleep that the end of the
+    // last read in flight cuts short.
     std::function<uint64_t()> now_ns;
     std::function<void(std::chrono::nanoseconds)> sleep;
   };
@@ -52,6 +59,7 @@ class ReadPriority {
   // reply. A read waiting for the device counts as reading throughout.
   void ReadStarted(pid_t reader);
   void ReadDone();
+
   // ReadStarted now and ReadDone at End() or destruction, whichever is
   // first: for a read whose reply comes from a callback.
   class Reading {
@@ -81,14 +89,21 @@ class ReadPriority {
  private:
   // The read is recent, by another caller. `now` in the clock's ns.
   bool Yields(pid_t writer, uint64_t now) const;
+  // Sleeps `d`, or less if the reads in flight all end meanwhile.
+  void Sleep(std::chrono::nanoseconds d);
 
   const Options options_;
   // Written together without a lock: a write that races a read may decide
   // on the reader before last, which costs at most one wait or one write
   // let through.
   std::atomic<uint64_t> last_read_ns_{0};  // the last start or end of a read
-  std::atomic<uint32_t> reads_inflight_{0};
   std::atomic<pid_t> last_reader_{0};
+  // Sequentially consistent, with sleepers_: a write that goes to sleep
+  // while the last read in flight ends is woken.
+  std::atomic<uint32_t> reads_inflight_{0};
+  std::atomic<uint32_t> sleepers_{0};  // writes in BeforeWrite
+  std::mutex mu_;
+  std::condition_variable reads_ended_;
   std::atomic<uint64_t> waits_{0};
   std::atomic<uint64_t> waited_ns_{0};
 };
