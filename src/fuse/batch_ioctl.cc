@@ -154,6 +154,10 @@ struct BatchCall {
   std::vector<kvfs_batch_entry> entries;
   // The registrations the entries use: mapped until the reply.
   std::map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
+  // A call with READ entries reads until it replies: other callers' POSIX
+  // writes wait for it (io/read_priority.h). After `reply`, so that it
+  // ends first.
+  std::unique_ptr<io::ReadPriority::Reading> reading;
 };
 
 // Reads the entry table into call->entries. 0 or the call's errno.
@@ -394,6 +398,7 @@ void Finish(const std::shared_ptr<BatchCall>& call, std::vector<fs::BatchItem>& 
     }
   }
   int err = WriteBack(call.get());
+  if (call->reading) call->reading->End();
   if (!call->reply->Claim()) return;
   if (err != 0) {
     ReplyStatus(call->reply->req(), Status::Error(err, "batch: writing the results back"), "batch");
@@ -459,6 +464,13 @@ void Batch(fuse_req_t req, fuse_ino_t ino, bool dir, const void* in_buf, size_t 
       DecodeEntry(call.get(), s, shared_caller, ino, i, items[i]);
     }
     call->reply = AsyncReply::Start(req, "batch");
+    for (const fs::BatchItem& it : items) {
+      if (it.op == fs::BatchOp::kRead && it.error == 0) {
+        call->reading = std::make_unique<io::ReadPriority::Reading>(s.read_priority,
+                                                                     fuse_req_ctx(req)->pid);
+        break;
+      }
+    }
   } catch (const std::bad_alloc&) {
     return refuse(ENOMEM, "out of memory");
   }

@@ -2,22 +2,14 @@
 
 #include <algorithm>
 
+#include "io/clock.h"
+
 namespace kvfs::io {
-
-namespace {
-
-uint64_t SteadyNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
-}  // namespace
 
 ReadPriority::ReadPriority() : ReadPriority(Options{}) {}
 
 ReadPriority::ReadPriority(Options options) : options_([&] {
-  if (!options.now_ns) options.now_ns = SteadyNs;
+  if (!options.now_ns) options.now_ns = SteadyNowNs;
   return std::move(options);
 }()) {}
 

@@ -9,16 +9,11 @@
 #include <string>
 
 #include "common/format.h"
+#include "io/clock.h"
 
 namespace kvfs::io {
 
 namespace {
-
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 
 const char* OpName(device::IoOp op) {
   switch (op) {
@@ -152,7 +147,7 @@ Scheduler::~Scheduler() {
 void Scheduler::Submit(Lane lane, std::span<device::IoRequest> reqs, CancelFlag cancel) {
   if (reqs.empty()) return;
   outstanding_.fetch_add(reqs.size(), std::memory_order_relaxed);
-  const uint64_t now = NowNs();
+  const uint64_t now = SteadyNowNs();
   const size_t li = LaneIndex(lane);
   // Ops are built before taking mu_: allocation stays out of the lock.
   // Per-thread scratch, emptied before Submit() returns (no callback runs
@@ -220,7 +215,7 @@ size_t Scheduler::Promote(const void* group) {
     auto g = from.queued_groups.find(group);
     if (g == from.queued_groups.end()) return 0;
     size_t left = g->second;
-    const uint64_t now = NowNs();
+    const uint64_t now = SteadyNowNs();
     for (auto it = from.queue.begin(); left > 0 && it != from.queue.end();) {
       Op* op = *it;
       if (op->req.group != group) {
@@ -284,7 +279,7 @@ void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>*
       s.inflight_commands += op->commands;
       s.inflight_bytes += op->req.len;
       device_inflight_ += op->commands;
-      if (now == 0) now = NowNs();
+      if (now == 0) now = SteadyNowNs();
       op->dispatch_ns = now;
 
       device::IoRequest r;
@@ -306,7 +301,7 @@ void Scheduler::Dispatch(std::vector<device::IoRequest>* batch) {
 }
 
 void Scheduler::OnDeviceDone(Op* op, Status st) {
-  const uint64_t now = NowNs();
+  const uint64_t now = SteadyNowNs();
   const size_t li = LaneIndex(op->lane);
   LaneStats& stats = stats_[li];
   stats.ops.fetch_add(1, std::memory_order_relaxed);

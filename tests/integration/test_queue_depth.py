@@ -283,3 +283,47 @@ def test_writes_wait_for_another_callers_reads_but_not_for_their_own(vol):
     assert after["waits"] == during["waits"]
     assert read_file(vol.p("stored")) == stored
     assert read_file(vol.p("copy")) == src
+
+
+# Loads argv[1]'s 8 x 1 MiB keys k0..k7 with one batch READ after another
+# (the kvfs Python module, from argv[3]) until argv[2] exists; says
+# "reading" after the first batch.
+_BATCH_READER = r"""
+import os, sys
+sys.path.insert(0, sys.argv[3])
+import kvfs
+with kvfs.Client(sys.argv[1]) as c:
+    buf = c.register(8 << 20)
+    names = ["k%d" % i for i in range(8)]
+    said = False
+    while not os.path.exists(sys.argv[2]):
+        if not all(r.ok for r in c.read_batch(names, buf, size=1 << 20)):
+            raise SystemExit("batch read failed")
+        if not said:
+            print("reading", flush=True)
+            said = True
+"""
+
+
+def test_writes_wait_for_another_callers_batch_reads(vol):
+    """A batch ioctl call with READ entries is a read for io/ReadPriority:
+    another process's POSIX writes wait while such calls keep coming."""
+    d = vol.p("keys")
+    os.mkdir(d)
+    for i in range(8):
+        write_file(os.path.join(d, f"k{i}"), payload(f"key{i}", MiB))
+    stop = os.path.join(os.path.dirname(vol.path), "stop-batch-reading")
+    python_dir = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+    reader = subprocess.Popen([sys.executable, "-c", _BATCH_READER, d, stop, python_dir],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline() == "reading\n"
+        before = read_stats(vol.path)["write_yield"]["waits"]
+        stored = payload("stored-during-batches", 16 * MiB)
+        write_file(vol.p("stored"), stored)
+        after = read_stats(vol.path)["write_yield"]["waits"]
+    finally:
+        open(stop, "w").close()
+        assert reader.wait(timeout=30) == 0
+    assert after > before
+    assert read_file(vol.p("stored")) == stored
