@@ -603,7 +603,9 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
 Status FileSystem::Shutdown() { return impl_->Shutdown(); }
 Result<Attr> FileSystem::Lookup(uint64_t p, std::string_view n) { return impl_->Lookup(p, n); }
 void FileSystem::Forget(uint64_t ino, uint64_t n) { impl_->Forget(ino, n); }
-Result<Attr> FileSystem::GetAttr(uint64_t ino) { return impl_->GetAttr(ino); }
+Result<Attr> FileSystem::GetAttr(uint64_t ino) {
+  return Measured(impl_->metrics_, Op::kGetattr, [&] { return impl_->GetAttr(ino); });
+}
 Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t) {
   KVFS_RETURN_IF_ERROR(impl_->Writable());
   return impl_->SetAttr(ino, req);
@@ -617,18 +619,24 @@ Status FileSystem::RmDir(uint64_t p, std::string_view n) {
   return impl_->RmDir(p, n);
 }
 Status FileSystem::Unlink(uint64_t p, std::string_view n) {
-  KVFS_RETURN_IF_ERROR(impl_->Writable());
-  return impl_->Unlink(p, n);
+  return Measured(impl_->metrics_, Op::kUnlink, [&] {
+    KVFS_RETURN_IF_ERROR(impl_->Writable());
+    return impl_->Unlink(p, n);
+  });
 }
 Status FileSystem::Rename(uint64_t p, std::string_view n, uint64_t np, std::string_view nn,
                           unsigned flags) {
-  KVFS_RETURN_IF_ERROR(impl_->Writable());
-  return impl_->Rename(p, n, np, nn, flags);
+  return Measured(impl_->metrics_, Op::kRename, [&] {
+    KVFS_RETURN_IF_ERROR(impl_->Writable());
+    return impl_->Rename(p, n, np, nn, flags);
+  });
 }
 Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, uint32_t mode,
                                                int flags, const Caller& c) {
-  KVFS_RETURN_IF_ERROR(impl_->Writable());
-  return impl_->Create(p, n, mode, flags, c);
+  return Measured(impl_->metrics_, Op::kCreate, [&]() -> Result<Created> {
+    KVFS_RETURN_IF_ERROR(impl_->Writable());
+    return impl_->Create(p, n, mode, flags, c);
+  });
 }
 Result<uint64_t> FileSystem::Open(uint64_t ino, int flags) {
   if ((flags & O_ACCMODE) != O_RDONLY) KVFS_RETURN_IF_ERROR(impl_->Writable());

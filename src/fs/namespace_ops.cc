@@ -42,11 +42,8 @@ Result<uint64_t> FileSystem::Impl::ResolveEntry(uint64_t parent, std::string_vie
 }
 
 Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
-  const auto start = std::chrono::steady_clock::now();
-  auto r = LookupInner(parent, name);
-  metrics_.Record(Op::kLookup, ElapsedNs(start), 0);
-  if (!r.ok() && r.status().code() != ENOENT) metrics_.Error(r.status().code());
-  return r;
+  // ENOENT is the answer for a missing name, not an error.
+  return Measured(metrics_, Op::kLookup, [&] { return LookupInner(parent, name); }, ENOENT);
 }
 
 Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view name) {

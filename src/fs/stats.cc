@@ -13,6 +13,10 @@ const char* OpName(Op op) {
     case Op::kWrite: return "write";
     case Op::kPrefetch: return "prefetch";
     case Op::kFsync: return "fsync";
+    case Op::kGetattr: return "getattr";
+    case Op::kCreate: return "create";
+    case Op::kRename: return "rename";
+    case Op::kUnlink: return "unlink";
     case Op::kCount: break;
   }
   return "?";

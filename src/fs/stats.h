@@ -15,13 +15,26 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "common/histogram.h"
 #include "fs/file_system.h"
 
 namespace kvfs::fs {
 
-enum class Op : uint8_t { kLookup = 0, kRead, kWrite, kPrefetch, kFsync, kCount };
+// Daemon-side latency (a request's time in fs/, not the FUSE round trip).
+enum class Op : uint8_t {
+  kLookup = 0,
+  kRead,
+  kWrite,
+  kPrefetch,
+  kFsync,
+  kGetattr,
+  kCreate,
+  kRename,
+  kUnlink,
+  kCount
+};
 const char* OpName(Op op);
 
 class FsMetrics {
@@ -61,6 +74,24 @@ inline uint64_t ElapsedNs(std::chrono::steady_clock::time_point start) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now() - start)
                                    .count());
+}
+
+// Runs `call` (returning a Status or a Result) and records its latency
+// under `op`, and its errno unless it is `answer` (an expected outcome,
+// such as ENOENT for a lookup).
+template <typename Call>
+auto Measured(FsMetrics& metrics, Op op, Call&& call, int answer = 0) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = call();
+  metrics.Record(op, ElapsedNs(start), 0);
+  int code = 0;
+  if constexpr (std::is_same_v<decltype(r), Status>) {
+    code = r.code();
+  } else {
+    code = r.ok() ? 0 : r.status().code();
+  }
+  if (code != 0 && code != answer) metrics.Error(code);
+  return r;
 }
 
 struct LaneStats {

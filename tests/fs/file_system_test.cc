@@ -319,6 +319,30 @@ TEST_F(FsTest, StatsCountOperationsAndRenderAsJsonAndPrometheus) {
   EXPECT_NE(prom.find("# TYPE kvfs_space_free_bytes gauge"), std::string::npos);
 }
 
+TEST_F(FsTest, StatsTimeTheNamespaceCallsOfAStoreAndCountTheirFailures) {
+  auto count = [&](Op op) { return fs_->Stats().ops[static_cast<size_t>(op)].latency.count(); };
+  auto c = fs_->Create(kRootIno, "k.tmp", 0644, O_WRONLY, Caller{});
+  ASSERT_TRUE(c.ok());
+  fs_->Release(c->fh);
+  ASSERT_TRUE(fs_->Rename(kRootIno, "k.tmp", kRootIno, "k", 0).ok());
+  ASSERT_TRUE(fs_->GetAttr(c->attr.ino).ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "k").ok());
+  EXPECT_EQ(count(Op::kCreate), 1u);
+  EXPECT_EQ(count(Op::kRename), 1u);
+  EXPECT_EQ(count(Op::kGetattr), 1u);
+  EXPECT_EQ(count(Op::kUnlink), 1u);
+  EXPECT_TRUE(fs_->Stats().errors.empty());
+  // A failed call is timed and its errno counted.
+  EXPECT_EQ(fs_->Unlink(kRootIno, "k").code(), ENOENT);
+  EXPECT_EQ(fs_->Rename(kRootIno, "k", kRootIno, "j", 0).code(), ENOENT);
+  EXPECT_EQ(count(Op::kUnlink), 2u);
+  EXPECT_EQ(fs_->Stats().errors.at(ENOENT), 2u);
+  auto j = nlohmann::json::parse(StatsToJson(fs_->Stats()));
+  for (const char* op : {"getattr", "create", "rename", "unlink"}) {
+    EXPECT_GE(j["ops"][op]["latency"]["count"].get<uint64_t>(), 1u) << op;
+  }
+}
+
 }  // namespace
 }  // namespace kvfs::fs
 

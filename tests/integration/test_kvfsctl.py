@@ -100,6 +100,14 @@ def test_stats_json_op_counts_grow_by_what_was_done(vol):
     assert op_count(after, "read") >= op_count(before, "read") + n
     assert after["ops"]["read"]["bytes"] >= before["ops"]["read"]["bytes"] + n * 64 * 1024
     assert op_count(after, "lookup") >= op_count(before, "lookup") + 1
+    assert op_count(after, "create") >= op_count(before, "create") + n
+    # A connector's store ends in a rename; a delete is an unlink.
+    for i in range(n):
+        os.rename(vol.p(f"k{i}"), vol.p(f"key{i}"))
+        os.unlink(vol.p(f"key{i}"))
+    renamed = stats_json(vol)
+    assert op_count(renamed, "rename") == op_count(after, "rename") + n
+    assert op_count(renamed, "unlink") == op_count(after, "unlink") + n
     # The same document as the control file serves.
     direct = read_stats(vol.path)
     assert op_count(direct, "write") == op_count(after, "write")
@@ -118,7 +126,8 @@ def test_stats_table_shows_every_section_with_the_json_numbers(vol):
     end = lines.index("", start)
     rows = {l.split()[0]: l.split() for l in lines[start:end]}
     assert rows["OP"] == ["OP", "COUNT", "BYTES", "P50", "P90", "P99", "P99.9", "MAX"]
-    for op in ("lookup", "read", "write", "prefetch", "fsync"):
+    for op in ("lookup", "getattr", "create", "read", "write", "rename", "unlink", "prefetch",
+               "fsync"):
         assert int(rows[op][1]) == op_count(s, op), op
     assert rows["write"][2] == human(s["ops"]["write"]["bytes"])
     lane_head = next(l for l in lines if l.startswith("LANE "))

@@ -134,12 +134,15 @@ std::string RenderStats(const json& now, const json* prev, double interval_s,
     o += Fmt("%-9s %10s %8s %8s %8s %8s %8s %8s\n", "OP", "COUNT", "BYTES", "P50", "P90", "P99",
              "P99.9", "MAX");
   }
-  for (const std::string& name : Keys(ops, {"lookup", "read", "write", "prefetch", "fsync"})) {
+  for (const std::string& name : Keys(ops, {"lookup", "getattr", "create", "read", "write",
+                                            "rename", "unlink", "prefetch", "fsync"})) {
     const json* lat = At(*ops, {name, "latency"});
     static const json kEmpty = json::object();
     if (lat == nullptr) lat = &kEmpty;
     const uint64_t bytes = U(*ops, {name, "bytes"});
-    const std::string bytes_s = bytes || name != "lookup" ? HumanBytes(bytes) : "-";
+    // Calls that move no data show "-".
+    const bool moves_data = name == "read" || name == "write" || name == "prefetch";
+    const std::string bytes_s = bytes || moves_data ? HumanBytes(bytes) : "-";
     std::string lats = Fmt("%8s %8s %8s %8s %8s", Latency(lat, "p50_us").c_str(),
                            Latency(lat, "p90_us").c_str(), Latency(lat, "p99_us").c_str(),
                            Latency(lat, "p999_us").c_str(), Latency(lat, "max_us").c_str());
