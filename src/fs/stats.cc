@@ -141,7 +141,7 @@ std::string StatsToPrometheus(const StatsSnapshot& s) {
               [](const LaneStats& l) { return l.inflight; });
   lane_metric("kvfs_lane_queued", "gauge", "Commands waiting per lane.",
               [](const LaneStats& l) { return l.queued; });
-  auto gauge = [&](const char* name, const char* type, const char* help, uint64_t v) {
+  auto gauge = [&](const char* name, const char* type, const char* help, auto v) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
       << name << " " << v << "\n";
   };
@@ -167,10 +167,8 @@ std::string StatsToPrometheus(const StatsSnapshot& s) {
         s.registrations);
   gauge("kvfs_write_yields_total", "counter", "Writes that waited for another caller's reads.",
         s.write_yields);
-  o << "# HELP kvfs_write_yield_seconds_total Time writes waited for other callers' reads.\n"
-       "# TYPE kvfs_write_yield_seconds_total counter\n"
-       "kvfs_write_yield_seconds_total "
-    << s.write_yield_ns / 1e9 << "\n";
+  gauge("kvfs_write_yield_seconds_total", "counter",
+        "Time writes waited for other callers' reads.", s.write_yield_ns / 1e9);
   o << "# HELP kvfs_errors_total Failed calls by errno.\n# TYPE kvfs_errors_total counter\n";
   for (auto [code, n] : s.errors) o << "kvfs_errors_total{errno=\"" << ErrnoName(code) << "\"} " << n << "\n";
   return o.str();

@@ -227,6 +227,28 @@ def test_load_of_a_key_whose_prefetch_is_still_queued_promotes_it(make_volume):
         assert read_file(v.p(k)) == data[k], k
 
 
+def _store_while_reading(vol, script, *args):
+    """Runs `script` (a reader: it gets `args` then the path of a stop file,
+    says "reading" once it reads and keeps reading until the file exists) in
+    another process and, while it reads, stores 16 MiB (16 write requests of
+    1 MiB) at vol/stored. Returns the stats' write_yield before and after
+    the store."""
+    stop = os.path.join(os.path.dirname(vol.path), "stop-reading")
+    reader = subprocess.Popen([sys.executable, "-c", script, *args, stop],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline() == "reading\n"
+        before = read_stats(vol.path)["write_yield"]
+        stored = payload("stored-meanwhile", 16 * MiB)
+        write_file(vol.p("stored"), stored)
+        after = read_stats(vol.path)["write_yield"]
+    finally:
+        open(stop, "w").close()
+        assert reader.wait(timeout=30) == 0
+    assert read_file(vol.p("stored")) == stored
+    return before, after
+
+
 # Reads 1 MiB at a time from argv[1], around and around, until argv[2]
 # exists; says "reading" once it is.
 _READER = r"""
@@ -251,18 +273,7 @@ def test_writes_wait_for_another_callers_reads_but_not_for_their_own(vol):
     written arrives whole either way."""
     src = payload("being-read", 8 * MiB)
     write_file(vol.p("src"), src)
-    stop = os.path.join(os.path.dirname(vol.path), "stop-reading")
-    reader = subprocess.Popen([sys.executable, "-c", _READER, vol.p("src"), stop],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert reader.stdout.readline() == "reading\n"
-        before = read_stats(vol.path)["write_yield"]
-        stored = payload("stored-meanwhile", 16 * MiB)  # 16 write requests of 1 MiB
-        write_file(vol.p("stored"), stored)
-        during = read_stats(vol.path)["write_yield"]
-    finally:
-        open(stop, "w").close()
-        assert reader.wait(timeout=30) == 0
+    before, during = _store_while_reading(vol, _READER, vol.p("src"))
     assert during["waits"] > before["waits"]
     assert during["waited_ms"] > before["waited_ms"]
     # No reader but ourselves: copy src 1 MiB at a time, reads and writes
@@ -281,22 +292,21 @@ def test_writes_wait_for_another_callers_reads_but_not_for_their_own(vol):
         os.close(fd_out)
     after = read_stats(vol.path)["write_yield"]
     assert after["waits"] == during["waits"]
-    assert read_file(vol.p("stored")) == stored
     assert read_file(vol.p("copy")) == src
 
 
-# Loads argv[1]'s 8 x 1 MiB keys k0..k7 with one batch READ after another
-# (the kvfs Python module, from argv[3]) until argv[2] exists; says
+# Loads argv[2]'s 8 x 1 MiB keys k0..k7 with one batch READ after another
+# (the kvfs Python module, from argv[1]) until argv[3] exists; says
 # "reading" after the first batch.
 _BATCH_READER = r"""
 import os, sys
-sys.path.insert(0, sys.argv[3])
+sys.path.insert(0, sys.argv[1])
 import kvfs
-with kvfs.Client(sys.argv[1]) as c:
+with kvfs.Client(sys.argv[2]) as c:
     buf = c.register(8 << 20)
     names = ["k%d" % i for i in range(8)]
     said = False
-    while not os.path.exists(sys.argv[2]):
+    while not os.path.exists(sys.argv[3]):
         if not all(r.ok for r in c.read_batch(names, buf, size=1 << 20)):
             raise SystemExit("batch read failed")
         if not said:
@@ -312,18 +322,6 @@ def test_writes_wait_for_another_callers_batch_reads(vol):
     os.mkdir(d)
     for i in range(8):
         write_file(os.path.join(d, f"k{i}"), payload(f"key{i}", MiB))
-    stop = os.path.join(os.path.dirname(vol.path), "stop-batch-reading")
     python_dir = os.path.join(os.path.dirname(__file__), "..", "..", "python")
-    reader = subprocess.Popen([sys.executable, "-c", _BATCH_READER, d, stop, python_dir],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert reader.stdout.readline() == "reading\n"
-        before = read_stats(vol.path)["write_yield"]["waits"]
-        stored = payload("stored-during-batches", 16 * MiB)
-        write_file(vol.p("stored"), stored)
-        after = read_stats(vol.path)["write_yield"]["waits"]
-    finally:
-        open(stop, "w").close()
-        assert reader.wait(timeout=30) == 0
-    assert after > before
-    assert read_file(vol.p("stored")) == stored
+    before, after = _store_while_reading(vol, _BATCH_READER, python_dir, d)
+    assert after["waits"] > before["waits"]
