@@ -29,6 +29,11 @@ Workloads (--workloads, comma separated; default all):
            write_batch and, caches dropped, loaded with one read_batch, from
            and into registered memory; "not available" when the module
            cannot be imported.
+           lmcache and batch repeat a configuration within each round (a
+           fresh directory each time, kvfs and ext4 alternating) until its
+           samples move --sample-bytes (64 MiB): a 32 x 256 KiB request
+           lasts about 6 ms, and one such sample per round is at the mercy
+           of the disk's moment. Figures are medians over all samples.
   restore  time to load K chunks (64 x 4 MiB) with cold caches, on an idle
            volume and while a burst of stores (4 GiB, another process) drains.
 
@@ -86,10 +91,12 @@ MODES = ["buffered", "direct"]
 # wins over both.
 FULL = dict(sizes="256K,4M,24M", keys=32, batches="1,8", modes="buffered,direct", rounds=3,
             fio_runtime=1.5, fio_depths="1,4,16,32", fio_region="4G", lookup_names=10000,
-            restore="64x4M", burst="4G", image_size="12G", batch_shapes="64x256K,16x4M,16x24M")
+            restore="64x4M", burst="4G", image_size="12G", batch_shapes="64x256K,16x4M,16x24M",
+            sample_bytes="64M")
 QUICK = dict(sizes="256K,1M", keys=8, batches="1,2", modes="buffered,direct", rounds=1,
              fio_runtime=0.5, fio_depths="1,16", fio_region="128M", lookup_names=300,
-             restore="16x1M", burst="128M", image_size="1G", batch_shapes="8x256K,4x1M")
+             restore="16x1M", burst="128M", image_size="1G", batch_shapes="8x256K,4x1M",
+             sample_bytes="0")
 
 # The restore starts once the burst writer has issued this share of its
 # stores: by then kvfs's write-behind and ext4's writeback are both busy.
@@ -795,13 +802,14 @@ class Bench:
         if "fio" in c["workloads"]:
             n += 1 + c["rounds"] * len(c["sizes"]) * 2 * len(c["fio_depths"])
         if "lmcache" in c["workloads"]:
-            n += c["rounds"] * len(c["sizes"]) * len(c["batches"]) * len(c["modes"]) * fs
+            n += c["rounds"] * len(c["modes"]) * fs * sum(
+                self.repeats(c["keys"] * m * size) for size in c["sizes"] for m in c["batches"])
         if "lookup" in c["workloads"]:
             n += c["rounds"] * fs
         if "restore" in c["workloads"]:
             n += c["rounds"] * fs
         if "batch" in c["workloads"]:
-            n += c["rounds"] * (len(c["batch_shapes"]) + 1)
+            n += c["rounds"] * (sum(self.repeats(k * size) for k, size in c["batch_shapes"]) + 1)
         return n
 
     def record(self, **sample):
@@ -989,20 +997,27 @@ class Bench:
 
     # ------------------------------------------------------------ lmcache
 
-    def run_lmcache_config(self, t, rnd, size, m, mode, buf):
+    def repeats(self, nbytes):
+        """Samples of a configuration that moves `nbytes` in one round: as
+        many as it takes to move sample_bytes. Why: one request of 32 x
+        256 KiB lasts 6 ms, and a single such sample per round swung with
+        the shared disk's moment (kvfs and ext4 in the same round alike)."""
+        return max(1, -(-self.cfg["sample_bytes"] // nbytes))
+
+    def run_lmcache_config(self, t, rnd, size, m, mode, buf, rep):
         c = self.cfg
         n = c["keys"]
         direct = mode == "direct"
-        d = os.path.join(t.workdir, f"lmcache-r{rnd}-{fmt_size(size)}-m{m}-{mode}")
+        d = os.path.join(t.workdir, f"lmcache-r{rnd}.{rep}-{fmt_size(size)}-m{m}-{mode}")
         os.makedirs(d)
-        names = [key_names(d, f"r{rnd}t{tid}", n) for tid in range(m)]
+        names = [key_names(d, f"r{rnd}.{rep}t{tid}", n) for tid in range(m)]
         offs = [[self.pattern.next_offset() for _ in range(n)] for _ in range(m)]
         for tid in range(m):
             for k in range(n):
                 self.pattern.fill(buf, tid * n + k, offs[tid][k], size)
         views = [[buf.slot_view(tid * n + k, size) for k in range(n)] for tid in range(m)]
         common = dict(workload="lmcache", fs=t.name, mode=mode, size=size, batches=m, keys=n,
-                      round=rnd, bytes=size * n * m)
+                      round=rnd, repeat=rep, bytes=size * n * m)
         try:
             secs, _ = run_threads(
                 lambda tid: store_keys(names[tid][0], names[tid][1], views[tid], direct,
@@ -1044,16 +1059,21 @@ class Bench:
         for size in c["sizes"]:
             for m in c["batches"]:
                 buf = AlignedBuffer(c["keys"] * m, size)
+                reps = self.repeats(c["keys"] * m * size)
                 try:
                     for mode in c["modes"]:
-                        for name in order:
-                            t = self.targets[name]
-                            self.progress.step(
-                                f"lmcache {mode} {fmt_size(size)} x{c['keys']} M={m} on {name} "
-                                f"round {rnd + 1}/{c['rounds']}")
-                            store, load = self.run_lmcache_config(t, rnd, size, m, mode, buf)
-                            self.progress.result(f"store {store['value']:.0f} MB/s, "
-                                                 f"load {load['value']:.0f} MB/s, verified")
+                        # kvfs and ext4 alternate, sample by sample.
+                        for rep in range(reps):
+                            for name in order:
+                                t = self.targets[name]
+                                of = f" sample {rep + 1}/{reps}" if reps > 1 else ""
+                                self.progress.step(
+                                    f"lmcache {mode} {fmt_size(size)} x{c['keys']} M={m} on "
+                                    f"{name} round {rnd + 1}/{c['rounds']}{of}")
+                                store, load = self.run_lmcache_config(t, rnd, size, m, mode,
+                                                                      buf, rep)
+                                self.progress.result(f"store {store['value']:.0f} MB/s, "
+                                                     f"load {load['value']:.0f} MB/s, verified")
                 finally:
                     buf.close()
 
@@ -1124,54 +1144,65 @@ class Bench:
                 self.progress.result("not available: " + reason)
             return
         t = self.targets["kvfs"]
-        for n, size in c["batch_shapes"]:
-            self.progress.step(f"batch ioctl {fmt_size(size)} x{n} on kvfs "
-                               f"round {rnd + 1}/{c['rounds']}")
-            d = os.path.join(t.workdir, f"batch-r{rnd}-{fmt_size(size)}")
-            os.makedirs(d)
-            try:
-                with kvfs_mod.Client(d) as client:
-                    buf = client.register(n * size)
-                    names = [f"bench-model@8@b{rnd}@{i:05d}.data" for i in range(n)]
-                    offs = [self.pattern.next_offset() for _ in range(n)]
-                    for i in range(n):
-                        buf.view(i * size, size)[:] = self.pattern.data(offs[i], size)
-                    common = dict(workload="batch", fs="kvfs", mode="ioctl", size=size,
-                                  batches=1, keys=n, round=rnd, bytes=size * n)
-                    t0 = time.perf_counter()
-                    res = client.write_batch(
-                        [(names[i], buf.view(i * size, size)) for i in range(n)])
-                    secs = time.perf_counter() - t0
-                    failed = [r for r in res if not r.ok]
-                    if failed:
-                        raise BenchError(f"batch store: {len(failed)} of {n} keys failed; "
-                                         f"first: {failed[0].name}: {failed[0].error}")
-                    store = self.record(op="store", seconds=secs, value=size * n / secs / 1e6,
-                                        unit="MB/s", **common)
-                    buf.view()[:] = b"\xa5" * buf.size  # nothing stale can verify
-                    cold = t.cold()
-                    t0 = time.perf_counter()
-                    res = client.read_batch(names, buf, size=size)
-                    secs = time.perf_counter() - t0
-                    bad = []
-                    for i, r in enumerate(res):
-                        if not r.ok or r.value != size:
-                            bad.append(f"{names[i]}: {r.error or f'{r.value} bytes'}")
-                        elif buf.view(i * size, size) != self.pattern.data(offs[i], size):
-                            bad.append(f"{names[i]}: bytes differ from what was stored")
-                    load = self.record(op="load", seconds=secs, value=size * n / secs / 1e6,
-                                       unit="MB/s", verified=not bad, mismatches=len(bad),
-                                       cold=cold, **common)
-                    buf.close()
-                    if bad:
-                        raise BenchError(f"batch load ({fmt_size(size)}): {len(bad)} of {n} keys "
-                                         f"did not verify; first: {bad[0]}")
-                self.progress.result(f"store {store['value']:.0f} MB/s, "
-                                     f"load {load['value']:.0f} MB/s, verified")
-            finally:
-                if not self.stop.is_set():
-                    shutil.rmtree(d, ignore_errors=True)
+        # One client for the round, as a connector keeps one: what a batch
+        # costs, not what opening a client and its first call cost.
+        with kvfs_mod.Client(t.workdir) as client:
+            for n, size in c["batch_shapes"]:
+                reps = self.repeats(n * size)
+                for rep in range(reps):
+                    of = f" sample {rep + 1}/{reps}" if reps > 1 else ""
+                    self.progress.step(f"batch ioctl {fmt_size(size)} x{n} on kvfs "
+                                       f"round {rnd + 1}/{c['rounds']}{of}")
+                    self.run_batch_shape(client, t, rnd, rep, n, size)
         self.run_batch_exists(kvfs_mod, t, rnd)
+
+    def run_batch_shape(self, client, t, rnd, rep, n, size):
+        """One sample of a batch shape: n keys of `size` stored with one
+        write_batch and, caches dropped, loaded with one read_batch, from
+        and into a buffer registered for the sample."""
+        sub = f"batch-r{rnd}.{rep}-{fmt_size(size)}"
+        d = os.path.join(t.workdir, sub)
+        os.makedirs(d)
+        try:
+            with client.register(n * size) as buf:
+                names = [f"{sub}/bench-model@8@b{rnd}.{rep}@{i:05d}.data" for i in range(n)]
+                offs = [self.pattern.next_offset() for _ in range(n)]
+                for i in range(n):
+                    buf.view(i * size, size)[:] = self.pattern.data(offs[i], size)
+                common = dict(workload="batch", fs="kvfs", mode="ioctl", size=size,
+                              batches=1, keys=n, round=rnd, repeat=rep, bytes=size * n)
+                t0 = time.perf_counter()
+                res = client.write_batch(
+                    [(names[i], buf.view(i * size, size)) for i in range(n)])
+                secs = time.perf_counter() - t0
+                failed = [r for r in res if not r.ok]
+                if failed:
+                    raise BenchError(f"batch store: {len(failed)} of {n} keys failed; "
+                                     f"first: {failed[0].name}: {failed[0].error}")
+                store = self.record(op="store", seconds=secs, value=size * n / secs / 1e6,
+                                    unit="MB/s", **common)
+                buf.view()[:] = b"\xa5" * buf.size  # nothing stale can verify
+                cold = t.cold()
+                t0 = time.perf_counter()
+                res = client.read_batch(names, buf, size=size)
+                secs = time.perf_counter() - t0
+                bad = []
+                for i, r in enumerate(res):
+                    if not r.ok or r.value != size:
+                        bad.append(f"{names[i]}: {r.error or f'{r.value} bytes'}")
+                    elif buf.view(i * size, size) != self.pattern.data(offs[i], size):
+                        bad.append(f"{names[i]}: bytes differ from what was stored")
+                load = self.record(op="load", seconds=secs, value=size * n / secs / 1e6,
+                                   unit="MB/s", verified=not bad, mismatches=len(bad),
+                                   cold=cold, **common)
+                if bad:
+                    raise BenchError(f"batch load ({fmt_size(size)}): {len(bad)} of {n} keys "
+                                     f"did not verify; first: {bad[0]}")
+            self.progress.result(f"store {store['value']:.0f} MB/s, "
+                                 f"load {load['value']:.0f} MB/s, verified")
+        finally:
+            if not self.stop.is_set():
+                shutil.rmtree(d, ignore_errors=True)
 
     def run_batch_exists(self, kvfs_mod, t, rnd):
         """EXISTS of lookup_names names (half of them missing) in one call,
@@ -1638,6 +1669,9 @@ def build_parser():
     ap.add_argument("--fio-runtime", type=float, metavar="S",
                     help=f"seconds per fio job ({FULL['fio_runtime']:g})")
     ap.add_argument("--fio-depths", metavar="LIST", help=f"fio queue depths ({FULL['fio_depths']})")
+    ap.add_argument("--sample-bytes", metavar="SIZE",
+                    help="lmcache and batch: repeat a configuration within a round until its "
+                         f"samples move this many bytes ({FULL['sample_bytes']})")
     ap.add_argument("--fio-region", metavar="SIZE", help=f"bytes fio reads and writes ({FULL['fio_region']})")
     ap.add_argument("--fio-target", metavar="PATH", help="file or block device for fio (default: DIR/fio.img, "
                                          "or --kvfs-device before it is formatted); "
@@ -1702,6 +1736,7 @@ def resolve_config(a):
     cfg["fio_runtime"] = pick("fio_runtime")
     cfg["fio_depths"] = parse_list(pick("fio_depths"), int, "--fio-depths")
     cfg["fio_region"] = parse_size(pick("fio_region"))
+    cfg["sample_bytes"] = parse_size(pick("sample_bytes"))
     cfg["lookup_names"] = pick("lookup_names")
     cfg["restore_keys"], cfg["restore_size"] = parse_shape(pick("restore"), "--restore")
     cfg["batch_shapes"] = parse_list(pick("batch_shapes"),

@@ -13,6 +13,7 @@ where both exist a skip is a failure.
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -156,6 +157,37 @@ def test_quick_run_completes_every_workload_and_verifies_every_load(scratch):
                for row in doc["rows"])
     with open(png, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert_torn_down(scratch)
+
+
+def test_small_configurations_repeat_until_they_move_sample_bytes(scratch):
+    out = os.path.join(scratch, "out.json")
+    # 8 keys of 256K: 2 MiB per request at M=1 (two samples of 4M), 4 MiB at
+    # M=2 (one); the 8 x 256K batch moves 2 MiB (two samples).
+    r = subprocess.run(bench_cmd("--quick", "--dir", scratch, "--json", out,
+                                 "--workloads", "lmcache,batch", "--sizes", "256K",
+                                 "--batches", "1,2", "--modes", "buffered",
+                                 "--batch-shapes", "8x256K", "--sample-bytes", "4M"),
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, f"kvfs-bench exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    with open(out) as f:
+        doc = json.load(f)
+
+    def repeats(**match):
+        return sorted(s["repeat"] for s in doc["samples"]
+                      if all(s.get(k) == v for k, v in match.items()))
+
+    for fs in ("kvfs", "ext4"):
+        for op in ("store", "load"):
+            assert repeats(workload="lmcache", fs=fs, op=op, batches=1) == [0, 1]
+            assert repeats(workload="lmcache", fs=fs, op=op, batches=2) == [0]
+    if importlib.util.find_spec("kvfs") is not None:
+        for op in ("store", "load"):
+            assert repeats(workload="batch", op=op, size=256 * 1024) == [0, 1]
+    assert all(s["verified"] for s in doc["samples"] if s.get("op") == "load")
+    # The progress count covers the repeats: the last step is N/N.
+    steps = re.findall(r"^\[(\d+)/(\d+) ", r.stderr, re.M)
+    assert steps and steps[-1][0] == steps[-1][1], r.stderr
     assert_torn_down(scratch)
 
 
