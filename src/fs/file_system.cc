@@ -639,8 +639,10 @@ Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, u
   });
 }
 Result<uint64_t> FileSystem::Open(uint64_t ino, int flags) {
-  if ((flags & O_ACCMODE) != O_RDONLY) KVFS_RETURN_IF_ERROR(impl_->Writable());
-  return impl_->Open(ino, flags);
+  return Measured(impl_->metrics_, Op::kOpen, [&]() -> Result<uint64_t> {
+    if ((flags & O_ACCMODE) != O_RDONLY) KVFS_RETURN_IF_ERROR(impl_->Writable());
+    return impl_->Open(ino, flags);
+  });
 }
 void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
                       CancelFlag cancel) {

@@ -17,6 +17,7 @@ const char* OpName(Op op) {
     case Op::kCreate: return "create";
     case Op::kRename: return "rename";
     case Op::kUnlink: return "unlink";
+    case Op::kOpen: return "open";
     case Op::kCount: break;
   }
   return "?";

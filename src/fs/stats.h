@@ -33,6 +33,7 @@ enum class Op : uint8_t {
   kCreate,
   kRename,
   kUnlink,
+  kOpen,
   kCount
 };
 const char* OpName(Op op);

@@ -326,7 +326,11 @@ TEST_F(FsTest, StatsTimeTheNamespaceCallsOfAStoreAndCountTheirFailures) {
   fs_->Release(c->fh);
   ASSERT_TRUE(fs_->Rename(kRootIno, "k.tmp", kRootIno, "k", 0).ok());
   ASSERT_TRUE(fs_->GetAttr(c->attr.ino).ok());
+  auto o = fs_->Open(c->attr.ino, O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  fs_->Release(*o);
   ASSERT_TRUE(fs_->Unlink(kRootIno, "k").ok());
+  EXPECT_EQ(count(Op::kOpen), 1u);
   EXPECT_EQ(count(Op::kCreate), 1u);
   EXPECT_EQ(count(Op::kRename), 1u);
   EXPECT_EQ(count(Op::kGetattr), 1u);
@@ -338,7 +342,7 @@ TEST_F(FsTest, StatsTimeTheNamespaceCallsOfAStoreAndCountTheirFailures) {
   EXPECT_EQ(count(Op::kUnlink), 2u);
   EXPECT_EQ(fs_->Stats().errors.at(ENOENT), 2u);
   auto j = nlohmann::json::parse(StatsToJson(fs_->Stats()));
-  for (const char* op : {"getattr", "create", "rename", "unlink"}) {
+  for (const char* op : {"getattr", "create", "open", "rename", "unlink"}) {
     EXPECT_GE(j["ops"][op]["latency"]["count"].get<uint64_t>(), 1u) << op;
   }
 }

@@ -98,6 +98,7 @@ def test_stats_json_op_counts_grow_by_what_was_done(vol):
     assert op_count(after, "write") >= op_count(before, "write") + n
     assert after["ops"]["write"]["bytes"] >= before["ops"]["write"]["bytes"] + n * 64 * 1024
     assert op_count(after, "read") >= op_count(before, "read") + n
+    assert op_count(after, "open") >= op_count(before, "open") + n
     assert after["ops"]["read"]["bytes"] >= before["ops"]["read"]["bytes"] + n * 64 * 1024
     assert op_count(after, "lookup") >= op_count(before, "lookup") + 1
     assert op_count(after, "create") >= op_count(before, "create") + n
@@ -126,8 +127,8 @@ def test_stats_table_shows_every_section_with_the_json_numbers(vol):
     end = lines.index("", start)
     rows = {l.split()[0]: l.split() for l in lines[start:end]}
     assert rows["OP"] == ["OP", "COUNT", "BYTES", "P50", "P90", "P99", "P99.9", "MAX"]
-    for op in ("lookup", "getattr", "create", "read", "write", "rename", "unlink", "prefetch",
-               "fsync"):
+    for op in ("lookup", "getattr", "create", "open", "read", "write", "rename", "unlink",
+               "prefetch", "fsync"):
         assert int(rows[op][1]) == op_count(s, op), op
     assert rows["write"][2] == human(s["ops"]["write"]["bytes"])
     lane_head = next(l for l in lines if l.startswith("LANE "))

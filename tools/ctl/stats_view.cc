@@ -134,7 +134,7 @@ std::string RenderStats(const json& now, const json* prev, double interval_s,
     o += Fmt("%-9s %10s %8s %8s %8s %8s %8s %8s\n", "OP", "COUNT", "BYTES", "P50", "P90", "P99",
              "P99.9", "MAX");
   }
-  for (const std::string& name : Keys(ops, {"lookup", "getattr", "create", "read", "write",
+  for (const std::string& name : Keys(ops, {"lookup", "getattr", "create", "open", "read", "write",
                                             "rename", "unlink", "prefetch", "fsync"})) {
     const json* lat = At(*ops, {name, "latency"});
     static const json kEmpty = json::object();
