@@ -400,25 +400,32 @@ void FileSystem::Impl::PrefetchLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> l(prefetch_mu_);
-      prefetch_cv_.wait(l, [this] {
+      bool woken = false;  // the queues were empty: a producer woke this thread
+      prefetch_cv_.wait(l, [this, &woken] {
         if (prefetch_queue_.empty() && prefetch_inos_.empty()) {
           // Nothing to take (DropCache may have emptied the queues after a
           // producer signalled): the next producer must signal again.
           prefetch_wake_sent_ = false;
+          woken = true;
           return prefetch_stop_;
         }
         return true;
       });
       if (prefetch_stop_) return;
-      // A stat storm queues a file per lookup: gather them for a moment, so
-      // that the storm costs one wake-up and one device submission per
-      // kPrefetchGather instead of one per lookup (with two CPUs, each
-      // wake-up took a CPU from the lookups). The open that follows a
-      // lookup prefetches by itself, so the delay costs a load nothing.
-      l.unlock();
-      std::this_thread::sleep_for(kPrefetchGather);
-      l.lock();
-      if (prefetch_stop_) return;
+      // What woke the thread goes to the device at once: the device is
+      // idle, and a request's first lookup is the key it loads first
+      // (gathering it too left the device idle ~0.5 ms per 32-key request,
+      // 8% of a 256 KiB one). What queued meanwhile is a stat storm's
+      // next lookups: gather them for a moment, so that the storm costs
+      // one wake-up and one device submission per kPrefetchGather instead
+      // of one per lookup (with two CPUs, each wake-up took a CPU from the
+      // lookups). Producers do not signal while the thread is awake.
+      if (!woken) {
+        l.unlock();
+        std::this_thread::sleep_for(kPrefetchGather);
+        l.lock();
+        if (prefetch_stop_) return;
+      }
       batch.swap(prefetch_queue_);
       inos.swap(prefetch_inos_);
     }

@@ -84,6 +84,11 @@ void FileSystem::Impl::Forget(uint64_t ino, uint64_t nlookup) {
 
 Result<Attr> FileSystem::Impl::GetAttr(uint64_t ino) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, GetInode(ino));
+  // A stat of a name the kernel still has cached comes as a getattr, not a
+  // lookup: the connector's exists() check before a load all the same
+  // (without this, a load of keys stored by the same process waited for
+  // its opens to start reading).
+  if (options_.prefetch == PrefetchMode::kLookup && i->is_reg()) QueuePrefetch(i);
   std::lock_guard<std::mutex> l(i->mu);
   return ToAttr(i->rec);
 }

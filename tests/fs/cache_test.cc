@@ -55,6 +55,20 @@ TEST_F(CacheTest, LookupPrefetchServesTheLoadFromRam) {
   EXPECT_EQ(*Load(kRootIno, "key"), data);  // from the device again
 }
 
+// The same check of a name the kernel has cached comes as a getattr.
+TEST_F(CacheTest, GetattrPrefetchesLikeALookup) {
+  std::string data = Pattern(3 << 20, 2);
+  const uint64_t ino = Store(kRootIno, "key", data);
+  Remount();
+  ASSERT_TRUE(fs_->GetAttr(kRootIno).ok());  // a directory: nothing to read
+  ASSERT_TRUE(fs_->GetAttr(ino).ok());
+  WaitForPrefetch(data.size());
+  EXPECT_EQ(fs_->cache_stats().prefetched_bytes, data.size());
+  uint64_t hits = fs_->cache_stats().hits;
+  EXPECT_EQ(*Load(kRootIno, "key"), data);
+  EXPECT_GE(fs_->cache_stats().hits, hits + 3);
+}
+
 TEST_F(CacheTest, OverwriteInPlaceIsNeverServedStale) {
   std::string v1 = Versioned(3 << 20, 1), v2 = Versioned(3 << 20, 2);
   uint64_t ino = Store(kRootIno, "k", v1);
