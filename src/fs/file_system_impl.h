@@ -102,6 +102,9 @@ class FileSystem::Impl {
   // --- namespace_ops.cc
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
   Result<Attr> LookupInner(uint64_t parent, std::string_view name);
+  // The attributes of a looked-up (or getattr'd) inode; queues a prefetch
+  // of a regular file when prefetch=lookup.
+  Attr AttrAndPrefetch(const InodeRef& inode);
   void Forget(uint64_t ino, uint64_t nlookup);
   Result<Attr> GetAttr(uint64_t ino);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);

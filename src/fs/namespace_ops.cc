@@ -66,10 +66,21 @@ Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view nam
     // walkers and the prefetch thread unpin and evict concurrently).
     KVFS_ASSIGN_OR_RETURN(child, GetCounted(ino, &InodeState::lookups));
   }
+  return AttrAndPrefetch(child);
+}
+
+Attr FileSystem::Impl::AttrAndPrefetch(const InodeRef& inode) {
+  Attr a;
+  {
+    std::lock_guard<std::mutex> l(inode->mu);
+    a = ToAttr(inode->rec);
+  }
   // Connectors check which keys exist before they load them: start reading.
-  if (options_.prefetch == PrefetchMode::kLookup && child->is_reg()) QueuePrefetch(child);
-  std::lock_guard<std::mutex> l(child->mu);
-  return ToAttr(child->rec);
+  // Queued after the attributes are read: the prefetch thread holds the
+  // inode's mutex while it sets up the reads (cache memory included), and
+  // lookups run on the thread that receives every request.
+  if (options_.prefetch == PrefetchMode::kLookup && inode->is_reg()) QueuePrefetch(inode);
+  return a;
 }
 
 void FileSystem::Impl::Forget(uint64_t ino, uint64_t nlookup) {
@@ -88,9 +99,7 @@ Result<Attr> FileSystem::Impl::GetAttr(uint64_t ino) {
   // lookup: the connector's exists() check before a load all the same
   // (without this, a load of keys stored by the same process waited for
   // its opens to start reading).
-  if (options_.prefetch == PrefetchMode::kLookup && i->is_reg()) QueuePrefetch(i);
-  std::lock_guard<std::mutex> l(i->mu);
-  return ToAttr(i->rec);
+  return AttrAndPrefetch(i);
 }
 
 Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
