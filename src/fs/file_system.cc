@@ -397,9 +397,18 @@ void FileSystem::Impl::PrefetchLoop() {
   std::vector<uint64_t> inos;
   std::vector<device::IoRequest> reqs;
   std::vector<std::shared_ptr<CachedChunk>> entries;
+  bool gather_first = false;  // the last pass took only what woke the thread
   for (;;) {
     {
       std::unique_lock<std::mutex> l(prefetch_mu_);
+      if (gather_first) {
+        // A storm's next lookups, if they come, are gathered before the
+        // thread would sleep again and need a wake-up per lookup.
+        l.unlock();
+        std::this_thread::sleep_for(kPrefetchGather);
+        l.lock();
+        if (prefetch_stop_) return;
+      }
       bool woken = false;  // the queues were empty: a producer woke this thread
       prefetch_cv_.wait(l, [this, &woken] {
         if (prefetch_queue_.empty() && prefetch_inos_.empty()) {
@@ -420,18 +429,31 @@ void FileSystem::Impl::PrefetchLoop() {
       // one wake-up and one device submission per kPrefetchGather instead
       // of one per lookup (with two CPUs, each wake-up took a CPU from the
       // lookups). Producers do not signal while the thread is awake.
-      if (!woken) {
+      if (!woken && !gather_first) {
         l.unlock();
         std::this_thread::sleep_for(kPrefetchGather);
         l.lock();
         if (prefetch_stop_) return;
       }
+      gather_first = woken;
       batch.swap(prefetch_queue_);
       inos.swap(prefetch_inos_);
     }
     for (const InodeRef& inode : batch) {
-      std::lock_guard<std::mutex> l(inode->mu);
-      Prefetch(inode, &reqs, &entries);
+      {
+        // Evicted since it was queued (the kernel forgot it): its cache
+        // entries would belong to nobody. Pinned while its reads are set up
+        // (they pin it themselves until they end).
+        std::lock_guard<std::mutex> t(table_mu_);
+        auto it = inodes_.find(inode->ino);
+        if (it == inodes_.end() || it->second != inode) continue;
+        inode->pending_changes++;
+      }
+      {
+        std::lock_guard<std::mutex> l(inode->mu);
+        Prefetch(inode, &reqs, &entries);
+      }
+      Unpin(inode);
     }
     if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
     reqs.clear();
@@ -646,10 +668,15 @@ Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, u
   });
 }
 Result<uint64_t> FileSystem::Open(uint64_t ino, int flags) {
-  return Measured(impl_->metrics_, Op::kOpen, [&]() -> Result<uint64_t> {
-    if ((flags & O_ACCMODE) != O_RDONLY) KVFS_RETURN_IF_ERROR(impl_->Writable());
-    return impl_->Open(ino, flags);
-  });
+  // ESTALE (an open that raced a rename-over; the kernel looks again) is an
+  // answer, not an error.
+  return Measured(
+      impl_->metrics_, Op::kOpen,
+      [&]() -> Result<uint64_t> {
+        if ((flags & O_ACCMODE) != O_RDONLY) KVFS_RETURN_IF_ERROR(impl_->Writable());
+        return impl_->Open(ino, flags);
+      },
+      ESTALE);
 }
 void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
                       CancelFlag cancel) {

@@ -103,8 +103,9 @@ class FileSystem::Impl {
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
   Result<Attr> LookupInner(uint64_t parent, std::string_view name);
   // The attributes of a looked-up (or getattr'd) inode; queues a prefetch
-  // of a regular file when prefetch=lookup.
-  Attr AttrAndPrefetch(const InodeRef& inode);
+  // of a regular file that has a name when prefetch=lookup, with
+  // `only_idle` only if it is not open and has no uncommitted writes.
+  Attr AttrAndPrefetch(const InodeRef& inode, bool only_idle);
   void Forget(uint64_t ino, uint64_t nlookup);
   Result<Attr> GetAttr(uint64_t ino);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);

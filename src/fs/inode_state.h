@@ -69,7 +69,8 @@ struct ChunkState {
 };
 
 struct InodeState {
-  InodeState(index::Inode r, uint64_t cache_token) : token(cache_token), rec(std::move(r)) {}
+  InodeState(index::Inode r, uint64_t cache_token)
+      : ino(r.ino), token(cache_token), rec(std::move(r)) {}
   bool is_dir() const { return (rec.mode & S_IFMT) == S_IFDIR; }
   bool is_reg() const { return (rec.mode & S_IFMT) == S_IFREG; }
 
@@ -78,6 +79,8 @@ struct InodeState {
   // read-modify-write of a partly overwritten chunk (rare).
   std::mutex mu;
 
+  // rec.ino, readable without mu (the table is keyed by it).
+  const uint64_t ino;
   // Unique per InodeState (never reused, unlike a reloaded inode number):
   // the owner key of its entries in the ChunkCache.
   const uint64_t token;

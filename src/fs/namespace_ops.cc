@@ -66,20 +66,27 @@ Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view nam
     // walkers and the prefetch thread unpin and evict concurrently).
     KVFS_ASSIGN_OR_RETURN(child, GetCounted(ino, &InodeState::lookups));
   }
-  return AttrAndPrefetch(child);
+  return AttrAndPrefetch(child, /*only_idle=*/false);
 }
 
-Attr FileSystem::Impl::AttrAndPrefetch(const InodeRef& inode) {
+Attr FileSystem::Impl::AttrAndPrefetch(const InodeRef& inode, bool only_idle) {
   Attr a;
+  bool prefetch = options_.prefetch == PrefetchMode::kLookup;
   {
     std::lock_guard<std::mutex> l(inode->mu);
     a = ToAttr(inode->rec);
+    prefetch = prefetch && inode->is_reg() && !inode->deleted && !inode->orphan;
+    if (prefetch && only_idle) {
+      prefetch = inode->inflight_writes == 0 && !inode->data_change_queued;
+      std::lock_guard<std::mutex> t(table_mu_);  // under mu: see DropLink
+      prefetch = prefetch && inode->opens == 0;
+    }
   }
   // Connectors check which keys exist before they load them: start reading.
   // Queued after the attributes are read: the prefetch thread holds the
   // inode's mutex while it sets up the reads (cache memory included), and
   // lookups run on the thread that receives every request.
-  if (options_.prefetch == PrefetchMode::kLookup && inode->is_reg()) QueuePrefetch(inode);
+  if (prefetch) QueuePrefetch(inode);
   return a;
 }
 
@@ -98,8 +105,12 @@ Result<Attr> FileSystem::Impl::GetAttr(uint64_t ino) {
   // A stat of a name the kernel still has cached comes as a getattr, not a
   // lookup: the connector's exists() check before a load all the same
   // (without this, a load of keys stored by the same process waited for
-  // its opens to start reading).
-  return AttrAndPrefetch(i);
+  // its opens to start reading). But the kernel also sends one for an
+  // fstat, and after a write or an unlink: a file that is open (an open
+  // for reading prefetches by itself; a writer would read back what it
+  // wrote), has writes not yet committed, or has lost its name is not
+  // read ahead.
+  return AttrAndPrefetch(i, /*only_idle=*/true);
 }
 
 Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) {

@@ -69,6 +69,41 @@ TEST_F(CacheTest, GetattrPrefetchesLikeALookup) {
   EXPECT_GE(fs_->cache_stats().hits, hits + 3);
 }
 
+// The kernel also sends a getattr for an fstat, after a write and after an
+// unlink: a writer must not read back what it wrote, nor an unlinked file
+// be read into the cache.
+TEST_F(CacheTest, GetattrDoesNotPrefetchAFileThatIsOpenOrUnlinked) {
+  const std::string data = Pattern(3 << 20, 3);
+  // No prefetch is queued at all, so a short wait is enough to catch one:
+  // the prefetch thread takes queued work within a millisecond.
+  auto nothing_prefetched_since = [&](uint64_t before) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return fs_->cache_stats().prefetched_bytes == before;
+  };
+  auto c = fs_->Create(kRootIno, "w", 0644, O_WRONLY, Caller{});
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(fs_->Write(c->fh, 0, data).ok());
+  ASSERT_TRUE(fs_->Flush(c->fh).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());  // on the device, committed
+  uint64_t before = fs_->cache_stats().prefetched_bytes;
+  ASSERT_TRUE(fs_->GetAttr(c->attr.ino).ok());  // the writer's fstat
+  EXPECT_TRUE(nothing_prefetched_since(before)) << "a writer's getattr read its file back";
+  fs_->Release(c->fh);
+
+  const uint64_t ino = Store(kRootIno, "u", data);
+  Remount();
+  auto fh = fs_->Open(ino, O_RDONLY);  // prefetches by itself
+  ASSERT_TRUE(fh.ok());
+  WaitForPrefetch(data.size());
+  ASSERT_TRUE(fs_->DropCache().ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "u").ok());  // open: an orphan now
+  before = fs_->cache_stats().prefetched_bytes;
+  ASSERT_TRUE(fs_->GetAttr(ino).ok());
+  EXPECT_TRUE(nothing_prefetched_since(before)) << "an unlinked file was read ahead";
+  EXPECT_EQ(*ReadFh(*fh, 0, data.size()), data);  // still readable through its handle
+  fs_->Release(*fh);
+}
+
 TEST_F(CacheTest, OverwriteInPlaceIsNeverServedStale) {
   std::string v1 = Versioned(3 << 20, 1), v2 = Versioned(3 << 20, 2);
   uint64_t ino = Store(kRootIno, "k", v1);
