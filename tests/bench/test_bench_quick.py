@@ -184,6 +184,8 @@ def test_small_configurations_repeat_until_they_move_sample_bytes(scratch):
     if importlib.util.find_spec("kvfs") is not None:
         for op in ("store", "load"):
             assert repeats(workload="batch", op=op, size=256 * 1024) == [0, 1]
+        for op in ("exists", "exists loop"):
+            assert repeats(workload="batch", op=op) == [0, 1, 2]
     assert all(s["verified"] for s in doc["samples"] if s.get("op") == "load")
     # The progress count covers the repeats: the last step is N/N.
     steps = re.findall(r"^\[(\d+)/(\d+) ", r.stderr, re.M)
