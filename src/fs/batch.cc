@@ -106,7 +106,11 @@ void BatchRunner::Worker() {
       bytes_in_flight_ += b->items[first].budget_bytes;  // the others are index-only
       l.unlock();
       // The last Start may finish the batch and free it: `b` is not used after.
-      for (size_t k = 0; k < count; ++k) Start(b, first + k);
+      if (count == 1) {
+        Start(b, first);
+      } else {
+        StartRun(b, first, count);
+      }
       l.lock();
       continue;
     }
@@ -127,6 +131,40 @@ void BatchRunner::Finished(Batch* b, size_t i) {
     finished_head_ = &s;
   }
   wake_.notify_one();
+}
+
+void BatchRunner::StartRun(Batch* b, size_t first, size_t count) {
+  thread_local std::vector<size_t> exists;
+  thread_local std::vector<std::string_view> paths;
+  thread_local std::vector<int> codes;
+  exists.clear();
+  paths.clear();
+  for (size_t i = first; i < first + count; ++i) {
+    BatchItem& it = b->items[i];
+    if (it.op == BatchOp::kExists && it.error == 0 && !it.prepare) {
+      exists.push_back(i);
+      paths.push_back(it.path);
+    } else {
+      // Frees the batch only as the run's last entry with no EXISTS left
+      // open: then the loop ends and `exists` is empty.
+      Start(b, i);
+    }
+  }
+  if (exists.empty()) return;
+  codes.assign(exists.size(), 0);
+  try {
+    fs_.ExistsPaths(b->dir, paths, b->caller, codes);
+  } catch (const std::bad_alloc&) {
+    codes.assign(exists.size(), ENOMEM);
+  }
+  // The last Complete may free the batch: `b` is not used after it.
+  for (size_t k = 0; k < exists.size(); ++k) {
+    const size_t i = exists[k];
+    if (!Claim(b, i)) continue;
+    b->items[i].error = codes[k];
+    b->items[i].result = 0;
+    Complete(b, i);
+  }
 }
 
 void BatchRunner::Start(Batch* b, size_t i) {

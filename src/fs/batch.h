@@ -122,6 +122,10 @@ class BatchRunner {
   void Worker();
   // Starts entry `i` of `b` (on a runner thread, mu_ not held).
   void Start(Batch* b, size_t i);
+  // Starts entries [first, first + count) of `b`: its EXISTS entries in one
+  // fs call (ExistsPaths), the others one by one. `b` may be freed when it
+  // returns.
+  void StartRun(Batch* b, size_t first, size_t count);
   // True exactly once per entry: the caller then sets its error/result
   // and calls Finished().
   static bool Claim(Batch* b, size_t i);

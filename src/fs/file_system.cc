@@ -733,7 +733,13 @@ Status FileSystem::DeleteFile(uint64_t dir, std::string_view path, const Caller&
   return impl_->DeleteFile(dir, path, caller);
 }
 Status FileSystem::ExistsPath(uint64_t dir, std::string_view path, const Caller& caller) {
-  return impl_->ExistsPath(dir, path, caller);
+  int code = 0;
+  impl_->ExistsPaths(dir, {&path, 1}, caller, {&code, 1});
+  return code == 0 ? Status::OK() : Status::Error(code, "exists: " + std::string(path));
+}
+void FileSystem::ExistsPaths(uint64_t dir, std::span<const std::string_view> paths,
+                             const Caller& caller, std::span<int> codes) {
+  impl_->ExistsPaths(dir, paths, caller, codes);
 }
 
 Result<uint64_t> FileSystem::PrefetchFile(uint64_t dir, std::string_view path,

@@ -173,7 +173,8 @@ class FileSystem::Impl {
 
   // --- whole_file_ops.cc: the batch ioctl's calls (contracts in file_system.h)
   Result<Attr> LookupPath(uint64_t dir, std::string_view path, const Caller& caller);
-  Status ExistsPath(uint64_t dir, std::string_view path, const Caller& caller);
+  void ExistsPaths(uint64_t dir, std::span<const std::string_view> paths, const Caller& caller,
+                   std::span<int> codes);
   // `attempts`: walks of `path` while each finds a file replaced meanwhile.
   void ReadFile(uint64_t dir, std::string_view path, uint64_t off, std::span<char> dest,
                 const Caller& caller, std::function<void(Result<size_t>)> done,

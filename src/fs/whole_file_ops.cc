@@ -123,14 +123,44 @@ Result<Attr> FileSystem::Impl::LookupPath(uint64_t dir, std::string_view path,
   return a;
 }
 
-Status FileSystem::Impl::ExistsPath(uint64_t dir, std::string_view path, const Caller& caller) {
-  std::shared_lock<RwLock> ns(ns_mu_);
-  InodeRef p;
-  std::string_view leaf;
-  KVFS_RETURN_IF_ERROR(WalkPath(dir, path, caller, true, &p, &leaf));
-  Status st = ResolveEntry(p->rec.ino, leaf).status();
-  Unpin(p);
-  return st;
+void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_view> paths,
+                                   const Caller& caller, std::span<int> codes) {
+  std::shared_lock<RwLock> ns(ns_mu_);  // one hold for the run: the walks change nothing
+  // The directory the previous name was in (walked, searchable by the
+  // caller, pinned) and the path that led there: names in one directory
+  // are looked up without walking again.
+  // `parent_path` is the path up to and including its last '/' ("" for a
+  // name in `dir` itself), so that "/x" or "a//x" never match a walked one.
+  InodeRef parent;
+  std::string_view parent_path;
+  thread_local std::vector<std::string_view> parts;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string_view path = paths[i];
+    const size_t slash = path.rfind('/');
+    const size_t leaf_at = slash == std::string_view::npos ? 0 : slash + 1;
+    const std::string_view dir_part = path.substr(0, leaf_at);
+    std::string_view leaf;
+    Status st;
+    if (parent && dir_part == parent_path) {
+      // The path's checks in SplitPath's order; its directories passed them.
+      leaf = path.substr(leaf_at);
+      parts.clear();
+      st = path.size() > kMaxPathLen ? Status::Error(ENAMETOOLONG, "path over 4096 bytes")
+                                     : SplitPath(leaf, &parts);
+    } else {
+      if (parent) Unpin(parent);
+      parent.reset();
+      st = WalkPath(dir, path, caller, true, &parent, &leaf);
+      if (st.ok()) {
+        parent_path = dir_part;
+      } else {
+        parent.reset();
+      }
+    }
+    if (st.ok()) st = ResolveEntry(parent->rec.ino, leaf).status();
+    codes[i] = st.code();
+  }
+  if (parent) Unpin(parent);
 }
 
 // ------------------------------------------------------------ delete, prefetch

@@ -132,6 +132,39 @@ TEST_F(WholeFileTest, ExistsAnswersForNamesOfAnyTypeWithStatsErrors) {
   EXPECT_EQ(Code(fs_->ExistsPath(kRootIno, "d/h", kRoot)), 0);
 }
 
+// ExistsPaths walks a directory once for the names in it; every answer must
+// still be the one a walk of that path alone gives, also for a hostile path
+// that shares the text before its last '/' with the name before it.
+TEST_F(WholeFileTest, ExistsOfManyPathsAnswersEachAsExistsOfItAlone) {
+  uint64_t d = Dir("d", 0755);
+  Dir("locked", 0700);
+  Store(d, "f", "x");
+  Store(kRootIno, "top", "y");
+  const std::string long_leaf(256, 'n');
+  const std::string long_path = "d/" + std::string(4095, 'p');
+  std::string with_nul("d/a\0b", 5);
+  const std::vector<std::string> paths = {
+      "top", "/top", "top", "x", "..", ".", "", "d/f", "d/g", "d//f", "d/f", "d/..",
+      "d/" + long_leaf, "d/f", long_path, "d/f", with_nul, "d/f", "d/", "nope/f", "d/f",
+      "locked/g", "locked/h", "d/f/g", "d/f", "top/x", "top", std::string(255, 'm')};
+  for (const Caller& who : {kRoot, kUser}) {
+    std::vector<std::string_view> views(paths.begin(), paths.end());
+    std::vector<int> codes(paths.size(), -1);
+    fs_->ExistsPaths(kRootIno, views, who, codes);
+    for (size_t i = 0; i < paths.size(); ++i) {
+      EXPECT_EQ(codes[i], Code(fs_->ExistsPath(kRootIno, paths[i], who)))
+          << "path " << i << " (" << paths[i].substr(0, 40) << ") as uid " << who.uid;
+    }
+    EXPECT_EQ(codes[0], 0);
+    EXPECT_EQ(codes[1], EXDEV);
+    EXPECT_EQ(codes[9], EINVAL);
+    EXPECT_EQ(codes[12], ENAMETOOLONG);
+    EXPECT_EQ(codes[14], ENAMETOOLONG);
+    EXPECT_EQ(codes[16], EINVAL);
+    EXPECT_EQ(codes[22], who.uid == 0 ? ENOENT : EACCES);
+  }
+}
+
 // Names resolve through a cache of entries in front of the index: every
 // answer cached before a change (missing, present, pointing at another
 // inode) must give way to the change, before and after it commits, and the
