@@ -139,6 +139,15 @@ void BatchRunner::StartRun(Batch* b, size_t first, size_t count) {
   thread_local std::vector<int> codes;
   exists.clear();
   paths.clear();
+  try {  // the first run on a thread allocates; later ones reuse
+    exists.reserve(count);
+    paths.reserve(count);
+    codes.reserve(count);
+  } catch (const std::bad_alloc&) {
+    // One by one, as Start does; the last Start may free the batch.
+    for (size_t i = first; i < first + count; ++i) Start(b, i);
+    return;
+  }
   for (size_t i = first; i < first + count; ++i) {
     BatchItem& it = b->items[i];
     if (it.op == BatchOp::kExists && it.error == 0 && !it.prepare) {

@@ -11,9 +11,10 @@
 // most `max_items_in_flight` entries and `max_bytes_in_flight` data bytes
 // started and not finished; an entry larger than the byte bound starts alone.
 // Entries start in input order, batches in the order Run() was called, so no
-// batch starves. Entries of one batch run concurrently: two entries naming
-// the same file (duplicates are not merged) have no defined order between
-// them.
+// batch starves; within a run of up to 32 index-only entries, the EXISTS
+// ones are answered together after the others start. Entries of one batch
+// run concurrently: two entries naming the same file (duplicates are not
+// merged) have no defined order between them.
 //
 // Threads: a few runner threads start entries and finish them. They run the
 // index-only calls (LookupPath, DeleteFile, PrefetchFile) themselves but

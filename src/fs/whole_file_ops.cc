@@ -125,13 +125,24 @@ Result<Attr> FileSystem::Impl::LookupPath(uint64_t dir, std::string_view path,
 
 void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_view> paths,
                                    const Caller& caller, std::span<int> codes) {
-  std::shared_lock<RwLock> ns(ns_mu_);  // one hold for the run: the walks change nothing
+  // One hold for the run: the walks change nothing, and the directory walked
+  // for one name can serve the next. A namespace change waits for at most
+  // the run (<= 32 names in a batch).
+  std::shared_lock<RwLock> ns(ns_mu_);
   // The directory the previous name was in (walked, searchable by the
   // caller, pinned) and the path that led there: names in one directory
   // are looked up without walking again.
   // `parent_path` is the path up to and including its last '/' ("" for a
   // name in `dir` itself), so that "/x" or "a//x" never match a walked one.
-  InodeRef parent;
+  struct PinnedDir {  // unpinned however the loop ends
+    FileSystem::Impl* fs;
+    InodeRef ref;
+    ~PinnedDir() { Reset(); }
+    void Reset() {
+      if (ref) fs->Unpin(ref);
+      ref.reset();
+    }
+  } parent{this, nullptr};
   std::string_view parent_path;
   thread_local std::vector<std::string_view> parts;
   for (size_t i = 0; i < paths.size(); ++i) {
@@ -141,26 +152,20 @@ void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_vie
     const std::string_view dir_part = path.substr(0, leaf_at);
     std::string_view leaf;
     Status st;
-    if (parent && dir_part == parent_path) {
+    if (parent.ref && dir_part == parent_path) {
       // The path's checks in SplitPath's order; its directories passed them.
       leaf = path.substr(leaf_at);
       parts.clear();
       st = path.size() > kMaxPathLen ? Status::Error(ENAMETOOLONG, "path over 4096 bytes")
                                      : SplitPath(leaf, &parts);
     } else {
-      if (parent) Unpin(parent);
-      parent.reset();
-      st = WalkPath(dir, path, caller, true, &parent, &leaf);
-      if (st.ok()) {
-        parent_path = dir_part;
-      } else {
-        parent.reset();
-      }
+      parent.Reset();
+      st = WalkPath(dir, path, caller, true, &parent.ref, &leaf);
+      if (st.ok()) parent_path = dir_part;
     }
-    if (st.ok()) st = ResolveEntry(parent->rec.ino, leaf).status();
+    if (st.ok()) st = ResolveEntry(parent.ref->rec.ino, leaf).status();
     codes[i] = st.code();
   }
-  if (parent) Unpin(parent);
 }
 
 // ------------------------------------------------------------ delete, prefetch
