@@ -401,14 +401,16 @@ void FileSystem::Impl::PrefetchLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> l(prefetch_mu_);
-      if (gather_first) {
-        // A storm's next lookups, if they come, are gathered before the
-        // thread would sleep again and need a wake-up per lookup.
+      // Lets producers queue for kPrefetchGather; false: stop.
+      auto gather = [&] {
         l.unlock();
         std::this_thread::sleep_for(kPrefetchGather);
         l.lock();
-        if (prefetch_stop_) return;
-      }
+        return !prefetch_stop_;
+      };
+      // A storm's next lookups, if they come, are gathered before the
+      // thread would sleep again and need a wake-up per lookup.
+      if (gather_first && !gather()) return;
       bool woken = false;  // the queues were empty: a producer woke this thread
       prefetch_cv_.wait(l, [this, &woken] {
         if (prefetch_queue_.empty() && prefetch_inos_.empty()) {
@@ -429,12 +431,7 @@ void FileSystem::Impl::PrefetchLoop() {
       // one wake-up and one device submission per kPrefetchGather instead
       // of one per lookup (with two CPUs, each wake-up took a CPU from the
       // lookups). Producers do not signal while the thread is awake.
-      if (!woken && !gather_first) {
-        l.unlock();
-        std::this_thread::sleep_for(kPrefetchGather);
-        l.lock();
-        if (prefetch_stop_) return;
-      }
+      if (!woken && !gather_first && !gather()) return;
       gather_first = woken;
       batch.swap(prefetch_queue_);
       inos.swap(prefetch_inos_);

@@ -153,11 +153,11 @@ void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_vie
     std::string_view leaf;
     Status st;
     if (parent.ref && dir_part == parent_path) {
-      // The path's checks in SplitPath's order; its directories passed them.
-      leaf = path.substr(leaf_at);
+      // The syntax checks a walk starts with (they take no lock); the
+      // directories themselves were walked for the name before.
       parts.clear();
-      st = path.size() > kMaxPathLen ? Status::Error(ENAMETOOLONG, "path over 4096 bytes")
-                                     : SplitPath(leaf, &parts);
+      st = SplitPath(path, &parts);
+      if (st.ok()) leaf = parts.back();
     } else {
       parent.Reset();
       st = WalkPath(dir, path, caller, true, &parent.ref, &leaf);
