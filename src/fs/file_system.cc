@@ -679,6 +679,7 @@ void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
                       CancelFlag cancel) {
   impl_->Read(fh, off, size, std::move(done), std::move(cancel));
 }
+void FileSystem::CancelReads(const CancelFlag& cancel) { impl_->sched_->Cancel(cancel); }
 Result<size_t> FileSystem::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
   KVFS_RETURN_IF_ERROR(impl_->Writable());
   return impl_->Write(fh, off, data);

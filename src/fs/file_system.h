@@ -174,6 +174,10 @@ class FileSystem {
   using ReadDone = std::function<void(Status, std::span<const char> data)>;
   using CancelFlag = std::shared_ptr<std::atomic<bool>>;
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel = nullptr);
+  // Sets *cancel and drops at once the device reads queued under it (they
+  // never start; their reads get ECANCELED), so a caller that gave up
+  // leaves no work in the queues. Reads already at the device run out.
+  void CancelReads(const CancelFlag& cancel);
   // Copies `data` into staging. Returns bytes accepted (all of them) or an
   // error (ENOSPC when the volume is full, EIO after a failed write-behind,
   // EBADF for a read-only handle).

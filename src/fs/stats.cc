@@ -138,6 +138,12 @@ std::string StatsToPrometheus(const StatsSnapshot& s) {
               [](const LaneStats& l) { return l.bytes; });
   lane_metric("kvfs_lane_errors_total", "counter", "Failed device commands per lane.",
               [](const LaneStats& l) { return l.errors; });
+  lane_metric("kvfs_lane_cancelled_total", "counter",
+              "Commands dropped before they reached the device (their caller gave up).",
+              [](const LaneStats& l) { return l.cancelled; });
+  lane_metric("kvfs_lane_promoted_total", "counter",
+              "Queued prefetch commands moved to the read lane because a reader waited.",
+              [](const LaneStats& l) { return l.promoted; });
   lane_metric("kvfs_lane_inflight", "gauge", "Commands at the device per lane.",
               [](const LaneStats& l) { return l.inflight; });
   lane_metric("kvfs_lane_queued", "gauge", "Commands waiting per lane.",

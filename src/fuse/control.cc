@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -77,24 +78,29 @@ struct stat StatOf(const Node& n) {
   return st;
 }
 
-// What a readable file's handle holds: its content, fixed at open.
-struct Snapshot {
-  std::string content;
+// What an open control file's handle holds.
+struct OpenFile {
+  std::string content;  // a readable file's content, fixed at open
+  // `prefetch`: the start of a line whose end has not been written yet (a
+  // list longer than one write request arrives in pieces cut anywhere).
+  std::mutex mu;
+  std::string partial;    // GUARDED_BY(mu)
+  bool skipping = false;  // GUARDED_BY(mu): dropping the rest of an overlong line
 };
 
-// Open snapshots by handle (0: a write-only file). A Read and the Release of
-// one handle can overlap: when a reader is killed mid-read the kernel
-// releases the file while our reply may still be going out (ASan caught the
-// use after free), so a Read holds its own reference.
-class Snapshots {
+// Open control files by handle. A Read and the Release of one handle can
+// overlap: when a reader is killed mid-read the kernel releases the file
+// while our reply may still be going out (ASan caught the use after free),
+// so a Read holds its own reference.
+class OpenFiles {
  public:
-  uint64_t Add(std::shared_ptr<const Snapshot> s) {
+  uint64_t Add(std::shared_ptr<OpenFile> f) {
     std::lock_guard<std::mutex> l(mu_);
     const uint64_t id = next_++;
-    open_.emplace(id, std::move(s));
+    open_.emplace(id, std::move(f));
     return id;
   }
-  std::shared_ptr<const Snapshot> Get(uint64_t id) {
+  std::shared_ptr<OpenFile> Get(uint64_t id) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = open_.find(id);
     return it == open_.end() ? nullptr : it->second;
@@ -106,12 +112,12 @@ class Snapshots {
 
  private:
   std::mutex mu_;
-  uint64_t next_ = 1;                                                     // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, std::shared_ptr<const Snapshot>> open_;  // GUARDED_BY(mu_)
+  uint64_t next_ = 1;                                               // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> open_;  // GUARDED_BY(mu_)
 };
 
-Snapshots& OpenSnapshots() {
-  static Snapshots* s = new Snapshots;  // lives until exit: handlers may run late
+OpenFiles& Opened() {
+  static OpenFiles* s = new OpenFiles;  // lives until exit: handlers may run late
   return *s;
 }
 
@@ -134,6 +140,52 @@ Status PrefetchNames(fs::FileSystem& fs, std::string_view text) {
       spdlog::debug(".kvfs/prefetch: {}: {}", line, st.ToString());
       result = st;
     }
+  }
+  return result;
+}
+
+// A name longer than this is refused without waiting for its end.
+constexpr size_t kMaxLine = PATH_MAX;
+
+// Feeds one write of `prefetch` through `f`: the lines it completes are
+// prefetched, an unfinished last line waits in f.partial for the next write
+// or for close (`at_close`, which ends it). ENAMETOOLONG for a line over
+// kMaxLine (the rest of it is skipped); otherwise PrefetchNames's result.
+Status PrefetchLines(fs::FileSystem& fs, OpenFile& f, std::string_view data, bool at_close) {
+  std::lock_guard<std::mutex> l(f.mu);
+  Status result = Status::OK();
+  const auto too_long = [&] {
+    f.partial.clear();
+    f.skipping = true;
+    result = Status::Error(ENAMETOOLONG, ".kvfs/prefetch: a line longer than " +
+                                             std::to_string(kMaxLine) + " bytes");
+  };
+  while (!data.empty()) {
+    const size_t nl = data.find('\n');
+    const std::string_view piece = data.substr(0, nl);
+    data = nl == std::string_view::npos ? std::string_view() : data.substr(nl + 1);
+    if (!f.skipping) {
+      if (f.partial.size() + piece.size() > kMaxLine) {
+        too_long();
+      } else {
+        f.partial.append(piece);
+      }
+    }
+    if (nl == std::string_view::npos) break;  // the line goes on in the next write
+    if (!f.skipping) {
+      Status st = PrefetchNames(fs, f.partial);
+      if (!st.ok()) result = st;
+    }
+    f.partial.clear();
+    f.skipping = false;
+  }
+  if (at_close) {
+    if (!f.skipping && !f.partial.empty()) {
+      Status st = PrefetchNames(fs, f.partial);
+      if (!st.ok()) result = st;
+    }
+    f.partial.clear();
+    f.skipping = false;
   }
   return result;
 }
@@ -213,43 +265,44 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
                 "open");
     return;
   }
-  std::shared_ptr<Snapshot> snap;
+  std::shared_ptr<OpenFile> file;
   Status st = NoThrowVoid([&] {
+    if (n->kind == Kind::kPrefetch) file = std::make_shared<OpenFile>();
     if (!Readable(*n)) return;
-    snap = std::make_shared<Snapshot>();
+    file = std::make_shared<OpenFile>();
     fs::StatsSnapshot stats = s.fs->Stats();
     stats.registrations = s.registry.Live();
     stats.write_yields = s.read_priority.waits();
     stats.write_yield_ns = s.read_priority.waited_ns();
-    snap->content =
+    file->content =
         n->kind == Kind::kStats ? fs::StatsToJson(stats) : fs::StatsToPrometheus(stats);
   });
   if (!st.ok()) {
     ReplyStatus(req, st, "open");
     return;
   }
-  fi->fh = snap ? OpenSnapshots().Add(std::move(snap)) : 0;
+  fi->fh = file ? Opened().Add(std::move(file)) : 0;
   fi->direct_io = 1;
   fi->keep_cache = 0;
   fi->nonseekable = 0;
   if (fuse_reply_open(req, fi) == -ENOENT && fi->fh != 0) {
-    OpenSnapshots().Remove(fi->fh);  // interrupted open(2): no release will come
+    Opened().Remove(fi->fh);  // interrupted open(2): no release will come
   }
 }
 
 void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
-  std::shared_ptr<const Snapshot> snap = fi->fh ? OpenSnapshots().Get(fi->fh) : nullptr;
-  if (snap == nullptr || off < 0) {
+  std::shared_ptr<const OpenFile> file = fi->fh ? Opened().Get(fi->fh) : nullptr;
+  if (file == nullptr || off < 0) {
     ReplyStatus(req, Status::Error(EBADF, ".kvfs: not open for reading"), "read");
     return;
   }
-  const std::string& c = snap->content;
+  const std::string& c = file->content;
   size_t start = std::min(c.size(), static_cast<size_t>(off));
   size_t len = std::min(size, c.size() - start);
   fuse_reply_buf(req, c.data() + start, len);
 }
 
-void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_file_info* /*fi*/) {
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   const Node* n = NodeOf(ino);
   Status st = Status::Error(EBADF, ".kvfs: not open for writing");
@@ -262,7 +315,11 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_fi
         st = NoThrow([&] { return s.fs->Sync(); });
         break;
       case Kind::kPrefetch:
-        st = NoThrow([&] { return PrefetchNames(*s.fs, std::string_view(buf, size)); });
+        if (auto file = fi->fh ? Opened().Get(fi->fh) : nullptr) {
+          st = NoThrow([&] {
+            return PrefetchLines(*s.fs, *file, std::string_view(buf, size), /*at_close=*/false);
+          });
+        }
         break;
       default:
         break;
@@ -275,8 +332,18 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_fi
   fuse_reply_write(req, size);
 }
 
+void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  const Node* n = NodeOf(ino);
+  auto file = fi->fh ? Opened().Get(fi->fh) : nullptr;
+  Status st = Status::OK();
+  if (n != nullptr && n->kind == Kind::kPrefetch && file != nullptr) {
+    st = NoThrow([&] { return PrefetchLines(*StateOf(req).fs, *file, {}, /*at_close=*/true); });
+  }
+  ReplyStatus(req, st, "flush");
+}
+
 void Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  if (fi->fh != 0) OpenSnapshots().Remove(fi->fh);
+  if (fi->fh != 0) Opened().Remove(fi->fh);
   fuse_reply_err(req, 0);
 }
 

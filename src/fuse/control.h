@@ -5,8 +5,12 @@
 //   metrics     read: Prometheus text (fs::StatsToPrometheus)
 //   drop_cache  write anything: FileSystem::DropCache()
 //   prefetch    write names relative to the mount root, one per line:
-//               ResolvePath + Prefetch each; the write fails with the
-//               errno of the last name that failed, after trying them all
+//               ResolvePath + Prefetch each; a write fails with the errno
+//               of the last of its names that failed, after trying them
+//               all. A line may span writes (`cat list > prefetch` sends
+//               the list in pieces cut anywhere): its start waits with the
+//               handle, and close(2) ends a last line that has no newline
+//               (and reports its failure)
 //   sync        write anything: FileSystem::Sync()
 //
 // Its inodes come from a range the index never allocates (the index counts
@@ -17,9 +21,9 @@
 // exactly once.
 //
 // Handles: readable files carry a snapshot of their content, generated at
-// open, so a reader sees one consistent document over several read()s; the
-// handle (fi->fh) is a pointer to it, owned by the kernel's open file and
-// freed at Release.
+// open, so a reader sees one consistent document over several read()s;
+// `prefetch` carries an unfinished line. The handle (fi->fh) names that
+// state, owned by the kernel's open file and freed at Release.
 //
 // Thread safety: all functions may run concurrently on libfuse workers;
 // the only shared state is the FileSystem (thread-safe).
@@ -62,6 +66,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, int to_set);
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
 void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_file_info* fi);
+void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);

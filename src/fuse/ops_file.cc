@@ -148,7 +148,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
 
 void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (control::Owns(ino)) {
-    fuse_reply_err(req, 0);
+    control::Flush(req, ino, fi);
     return;
   }
   SessionState& s = StateOf(req);

@@ -177,9 +177,17 @@ void Interrupts::OnInterrupt(fuse_req_t req, void* self) {
   // libfuse holds a reference to `req` during this call, so its address is
   // not reused by another request meanwhile.
   auto* in = static_cast<Interrupts*>(self);
-  std::lock_guard<std::mutex> l(in->mu_);
-  auto it = in->flags_.find(req);
-  if (it != in->flags_.end()) it->second->store(true, std::memory_order_relaxed);
+  std::shared_ptr<std::atomic<bool>> flag;
+  {
+    std::lock_guard<std::mutex> l(in->mu_);
+    auto it = in->flags_.find(req);
+    if (it == in->flags_.end()) return;
+    flag = it->second;
+  }
+  // Not under mu_: a read whose queued commands are dropped replies (and
+  // so Forgets) from the scheduler's thread.
+  Status st = NoThrowVoid([&] { StateOf(req).fs->CancelReads(flag); });
+  if (!st.ok()) flag->store(true, std::memory_order_relaxed);  // dropped at dispatch instead
 }
 
 }  // namespace kvfs::fuse

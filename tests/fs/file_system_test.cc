@@ -317,6 +317,13 @@ TEST_F(FsTest, StatsCountOperationsAndRenderAsJsonAndPrometheus) {
   std::string prom = StatsToPrometheus(s);
   EXPECT_NE(prom.find("kvfs_op_seconds_count{op=\"lookup\"}"), std::string::npos);
   EXPECT_NE(prom.find("# TYPE kvfs_space_free_bytes gauge"), std::string::npos);
+  // Every per-lane counter of the JSON is in the Prometheus text too.
+  for (const auto& [key, value] : j["lanes"]["read"].items()) {
+    if (key == "latency") continue;
+    const bool gauge = key == "inflight" || key == "queued";
+    const std::string name = "kvfs_lane_" + key + (gauge ? "" : "_total") + "{lane=\"read\"}";
+    EXPECT_NE(prom.find(name), std::string::npos) << name;
+  }
 }
 
 TEST_F(FsTest, StatsTimeTheNamespaceCallsOfAStoreAndCountTheirFailures) {

@@ -149,6 +149,43 @@ def test_prefetch_of_a_missing_name_fails_after_trying_the_rest(vol):
     assert get(vol.p("a")) == payload("a", MiB)
 
 
+def test_prefetch_list_cut_anywhere_across_writes_names_every_file(vol):
+    # `cat list > .kvfs/prefetch` writes a long list in pieces cut mid-name;
+    # the last name may lack its newline (close(2) ends it).
+    os.mkdir(vol.p("d"))
+    names = [f"d/key-{i:03d}-" + "x" * 100 for i in range(8)]
+    for i, name in enumerate(names):
+        put(vol.p(name), payload(name, MiB // 4 + i))
+    control_write(vol, "drop_cache", b"1")
+    before = stats(vol)["cache"]["prefetched_bytes"]
+    text = "\n".join(names).encode()
+    fd = os.open(vol.p(".kvfs", "prefetch"), os.O_WRONLY)
+    try:
+        for at in range(0, len(text), 37):  # every write ends inside a name
+            assert os.write(fd, text[at:at + 37]) == len(text[at:at + 37])
+    finally:
+        os.close(fd)
+    want = before + sum(MiB // 4 + i for i in range(len(names)))
+    wait_for(lambda: stats(vol)["cache"]["prefetched_bytes"] >= want,
+             "prefetch of every name of a list cut across writes", timeout=20.0)
+    for i, name in enumerate(names):
+        assert get(vol.p(name)) == payload(name, MiB // 4 + i)
+
+    # A last name without a newline that does not exist fails the close.
+    fd = os.open(vol.p(".kvfs", "prefetch"), os.O_WRONLY)
+    os.write(fd, names[0].encode() + b"\nd/miss")
+    os.write(fd, b"ing")
+    expect_errno(errno.ENOENT, os.close, fd)
+
+    # A line longer than any path is refused at once; the next line still counts.
+    fd = os.open(vol.p(".kvfs", "prefetch"), os.O_WRONLY)
+    try:
+        expect_errno(errno.ENAMETOOLONG, os.write, fd, b"y" * 5000)
+        assert os.write(fd, b"y" * 100 + b"\n" + names[1].encode() + b"\n") > 0
+    finally:
+        os.close(fd)
+
+
 def test_prefetch_xattr_on_file_and_directory(vol):
     os.mkdir(vol.p("d"))
     put(vol.p("f"), payload("f", 2 * MiB))

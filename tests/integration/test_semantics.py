@@ -15,7 +15,7 @@ import time
 import pytest
 
 import mixed_worker
-from kvio import MiB, payload, read_file, wait_for, write_file
+from kvio import MiB, payload, read_file, read_stats, wait_for, write_file
 
 
 def expect_errno(code, fn, *args, **kwargs):
@@ -464,10 +464,14 @@ def test_concurrent_mixed_operations_then_remount(vol, workdir):
     assert os.statvfs(vol.path).f_bfree == used
 
 
-def test_interrupted_readers_leave_the_daemon_serving(vol):
+def test_interrupted_readers_leave_the_daemon_serving_and_nothing_queued(make_volume):
     """Readers signalled in the middle of large reads (the kernel sends
-    FUSE_INTERRUPT for each request in flight): the daemon answers them, and
-    the file still reads back whole."""
+    FUSE_INTERRUPT for each request in flight): the daemon answers them, the
+    reads it had queued for the device are dropped then and there (one read
+    command in flight at a time, so most of a 32 MiB read waits in the
+    queue), and the file still reads back whole."""
+    vol = make_volume("interrupt", size=1024 * MiB, options="lane_read=1")
+    vol.mount.start()
     data = payload("interrupt", 96 * MiB)
     write_file(vol.p("big"), data)
     reader = (
@@ -479,6 +483,9 @@ def test_interrupted_readers_leave_the_daemon_serving(vol):
         "    for off in range(0, 96 << 20, 32 << 20):\n"
         "        os.preadv(fd, [buf], off)\n"
     )
+    def read_lane():
+        return read_stats(vol.path)["lanes"]["read"]
+    before = read_lane()["cancelled"]
     for _ in range(5):
         p = subprocess.Popen([sys.executable, "-c", reader, vol.p("big")],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -486,4 +493,7 @@ def test_interrupted_readers_leave_the_daemon_serving(vol):
         time.sleep(0.2)
         p.send_signal(2)  # SIGINT: not fatal, so in-flight requests are interrupted
         assert p.wait(timeout=30) != 0
+        lane = read_lane()
+        assert lane["queued"] == 0, lane
+    assert read_lane()["cancelled"] > before
     assert read_file(vol.p("big")) == data
