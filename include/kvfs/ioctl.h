@@ -64,7 +64,8 @@
  *   ENOENT, EACCES, EPERM, EISDIR, ENOTDIR, ENAMETOOLONG, EXDEV, EINVAL
  *   (unknown op, flags not zero, READ of length 0, empty name), EBADF (bad
  *   buf_id), EFAULT (region outside the registration), EFBIG (length above
- *   KVFS_ENTRY_MAX_BYTES), ENOSPC, EIO, ...
+ *   KVFS_ENTRY_MAX_BYTES), ENOSPC, EIO, EBUSY (WRITE: its registered memory
+ *   changed while the device was reading it; nothing was written), ...
  */
 #ifndef KVFS_IOCTL_H
 #define KVFS_IOCTL_H

@@ -70,8 +70,10 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags) {
     // unlink raced it): ESTALE makes the kernel look the name up again
     // (do_filp_open retries with LOOKUP_REVAL) and open what it names now.
     if (i->deleted) return Status::Error(ESTALE, "open of a removed file");
-    if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY && i->rec.size > 0) {
-      TruncateData(i, 0);
+    if ((flags & O_TRUNC) && i->rec.size > 0) {
+      // The kernel checked write permission for O_TRUNC, even with O_RDONLY
+      // (Linux truncates then too). To size 0 nothing is staged: no failure.
+      KVFS_RETURN_IF_ERROR(TruncateData(i, 0));
       i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
       auto c = NewChange();
       c->inodes.push_back(i);
@@ -550,12 +552,28 @@ void FileSystem::Impl::OnChunkWritten(const InodeRef& inode, uint64_t ci,
   MaybeEvict(inode);
 }
 
-// Cuts the file to `new_size`. Chunks past it are dropped (their extents
-// freed once the new size is committed); the chunk that straddles it is
-// restaged with zeros past the cut so a later grow reads zeros.
+// Cuts (or grows) the file to `new_size`. Chunks past it are dropped (their
+// extents freed once the new size is committed); the chunk that straddles
+// it is restaged with zeros past the cut so a later grow reads zeros. On
+// error (no staging memory or space for that chunk, its old bytes
+// unreadable) nothing has changed. May drop and retake inode->mu.
 // REQUIRES: inode->mu held.
-void FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
-  const uint64_t old_size = inode->rec.size;
+Status FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
+  const uint64_t cut = new_size % kChunkBytes;
+  const uint64_t ci = new_size / kChunkBytes;
+  if (new_size < inode->rec.size && cut != 0) {
+    auto it = inode->chunks.find(ci);
+    if (it != inode->chunks.end() && !it->second.staged) {
+      // The chunk the cut falls in keeps its head: stage it (reading the
+      // old bytes) before anything is dropped. Without a buffer, space or
+      // the old bytes, the truncate fails and the file stays as it was.
+      std::unique_lock<std::mutex> relock(inode->mu, std::adopt_lock);
+      Status st = StageChunk(inode, relock, ci, 0, cut);
+      relock.release();
+      if (!st.ok()) return st.Annotate("truncate of inode " + std::to_string(inode->rec.ino));
+    }
+  }
+  const uint64_t old_size = inode->rec.size;  // StageChunk may have let writers in
   if (new_size < old_size) {
     inode->trunc_epoch++;  // in-flight versions of dropped chunks are obsolete
     const uint64_t first_dropped = AlignUp(new_size, kChunkBytes) / kChunkBytes;
@@ -566,39 +584,18 @@ void FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
       it = inode->chunks.erase(it);
     }
     // Keep surviving in-flight chunks current despite the new epoch.
-    for (auto& [ci, cs] : inode->chunks) {
+    for (auto& [c, cs] : inode->chunks) {
       if (cs.inflight) cs.inflight->trunc_epoch = inode->trunc_epoch;
     }
-    const uint64_t cut = new_size % kChunkBytes;
-    const uint64_t ci = new_size / kChunkBytes;
     auto it = inode->chunks.find(ci);
-    if (cut != 0 && it != inode->chunks.end()) {
-      ChunkState& cs = it->second;
-      if (!cs.staged) {
-        // Stage it (reads the old bytes); zero the tail below.
-        std::unique_lock<std::mutex> relock(inode->mu, std::adopt_lock);
-        Status st = StageChunk(inode, relock, ci, 0, cut);
-        relock.release();
-        if (!st.ok()) {
-          // No buffer or space to rewrite it: drop the chunk entirely rather
-          // than let stale bytes reappear after a later grow.
-          spdlog::warn("truncate of inode {}: {}", inode->rec.ino, st.ToString());
-          auto it2 = inode->chunks.find(ci);
-          if (it2 != inode->chunks.end()) {
-            for (auto& fe : it2->second.extents) inode->free_pending.push_back(fe.ext);
-            inode->chunks.erase(it2);
-          }
-        }
-      }
-      auto it2 = inode->chunks.find(ci);
-      if (it2 != inode->chunks.end() && it2->second.staged) {
-        ChunkBuf& cb = *it2->second.staged;
-        cb.clean = std::min(cb.clean, cut);  // the cut bytes are garbage now
-        cb.valid = std::min(cb.valid, cut);
-      }
+    if (cut != 0 && it != inode->chunks.end() && it->second.staged) {
+      ChunkBuf& cb = *it->second.staged;
+      cb.clean = std::min(cb.clean, cut);  // the cut bytes are garbage now
+      cb.valid = std::min(cb.valid, cut);
     }
   }
   inode->rec.size = new_size;
+  return Status::OK();
 }
 
 // ------------------------------------------------------------ read path

@@ -252,7 +252,7 @@ class FileSystem::Impl {
   void SubmitAllStaged(const InodeRef& inode);
   void OnChunkWritten(const InodeRef& inode, uint64_t ci, std::shared_ptr<ChunkBuf> cb,
                       Status st);
-  void TruncateData(const InodeRef& inode, uint64_t new_size);
+  Status TruncateData(const InodeRef& inode, uint64_t new_size);
   void FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents);
   void FinishDeviceRead(const InodeRef& inode);  // a device read finished (takes mu)
   // The cache entry holding all of [off, off + len) of one chunk, loaded or

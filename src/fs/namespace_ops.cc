@@ -121,7 +121,7 @@ Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) 
   if (req.size) {
     if (i->is_dir()) return Status::Error(EISDIR, "truncate");
     if (*req.size != i->rec.size) {
-      TruncateData(i, *req.size);
+      KVFS_RETURN_IF_ERROR(TruncateData(i, *req.size));
       i->rec.mtime_ns = now;
     }
   }

@@ -396,6 +396,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
       uint64_t head_len = 0;
       const char* tail = nullptr;
       uint64_t tail_len = 0;
+      uint32_t head_crc = 0;  // of the head as written (checked like any direct source)
     };
     std::optional<Split> split;
     std::atomic<size_t> left;
@@ -423,6 +424,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
     bool direct;
     uint64_t len;
     bool split;  // one of the two halves of ws->split: its crc comes at the end
+    uint32_t before = 0;  // direct: crc32c of the caller's bytes before the write
   };
   std::vector<Source> sources;
   for (uint64_t ci = 0; ci < nchunks; ++ci) {
@@ -460,6 +462,14 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
       pos += ext.len;
     }
   }
+  // The device reads a direct source from the caller's shared memory, which
+  // the caller can still change. The extent's checksum must be of the bytes
+  // the device got: it is taken before the write and again after, and if
+  // they differ the entry fails (EBUSY) and nothing is written, rather than
+  // a file that fsck --verify-data (or verify=on) would find corrupt.
+  for (Source& s : sources) {
+    if (s.direct) s.before = Crc32c(s.buf, s.len);
+  }
   ws->left = sources.size();  // no count for the setup: see ReadFile
   // Every write has completed: give the name to the new inode, as
   // rename-over would, in one queued change (on an engine thread, or the
@@ -475,8 +485,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
     }
     if (st.ok() && ws->split) {
       const auto& sp = *ws->split;
-      ws->plan[sp.ci].crcs[sp.ext] =
-          Crc32cExtend(Crc32c(sp.head, sp.head_len), sp.tail, sp.tail_len);
+      ws->plan[sp.ci].crcs[sp.ext] = Crc32cExtend(sp.head_crc, sp.tail, sp.tail_len);
     }
     if (st.ok()) {
       std::lock_guard<RwLock> ns(ns_mu_);
@@ -548,12 +557,20 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
     r.buf = const_cast<char*>(s.buf);  // only read by a write
     r.len = s.len;
     r.done = [ws, s, finish_one](Status st) {
-      if (st.ok()) {
-        // The checksum fsck --verify-data checks, over what reached the
-        // device (the caller's bytes are still valid: done has not run).
-        if (!s.split) ws->plan[s.ci].crcs[s.ext] = Crc32c(s.buf, s.len);
-        if (s.direct) ws->zero_copy.fetch_add(s.len, std::memory_order_relaxed);
-      } else {
+      if (st.ok() && s.direct) {
+        // The caller's bytes are still mapped: its done has not run.
+        if (Crc32c(s.buf, s.len) != s.before) {
+          st = Status::Error(EBUSY, "the memory of a WRITE entry changed while it was written");
+        } else if (s.split) {
+          ws->split->head_crc = s.before;
+        } else {
+          ws->plan[s.ci].crcs[s.ext] = s.before;
+        }
+        if (st.ok()) ws->zero_copy.fetch_add(s.len, std::memory_order_relaxed);
+      } else if (st.ok() && !s.split) {
+        ws->plan[s.ci].crcs[s.ext] = Crc32c(s.buf, s.len);  // a bounce buffer's own copy
+      }
+      if (!st.ok()) {
         std::lock_guard<std::mutex> l(ws->mu);
         if (ws->first.ok()) ws->first = st;
       }

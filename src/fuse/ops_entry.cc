@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <limits>
 
 #include "fuse/control.h"
 #include "fuse/ops.h"
@@ -32,8 +33,17 @@ bool RefusedForControl(fuse_req_t req, fuse_ino_t parent, const char* name, int 
   return false;
 }
 
+// Times are kept as int64 nanoseconds since the epoch (years 1678-2262). A
+// time outside is clamped to the nearest end, as kernel filesystems clamp
+// to their own range (the kernel leaves that to a FUSE daemon).
 int64_t ToNs(const timespec& ts) {
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  int64_t ns;
+  if (__builtin_mul_overflow(static_cast<int64_t>(ts.tv_sec), int64_t{1'000'000'000}, &ns) ||
+      __builtin_add_overflow(ns, static_cast<int64_t>(ts.tv_nsec), &ns)) {
+    return ts.tv_sec < 0 ? std::numeric_limits<int64_t>::min()
+                         : std::numeric_limits<int64_t>::max();
+  }
+  return ns;
 }
 
 }  // namespace

@@ -18,6 +18,11 @@ bool IsExpected(int code) {
     case ENAMETOOLONG: case EPERM: case EACCES: case EOPNOTSUPP: case ENODATA:
     case ENOTTY: case EINVAL: case EXDEV: case EBADF: case EFBIG: case ERANGE:
     case EROFS:  // after the index failed a write, which was logged once as an error
+    // What a client's own mistakes earn (a batch of the wrong ABI version,
+    // too many entries, offsets outside its memory, a buffer it changed
+    // while it was being written), a race of its own (ESTALE) or its giving
+    // up: at warning level, any user could fill the log.
+    case EPROTO: case E2BIG: case EFAULT: case EBUSY: case ESTALE: case EINTR:
       return true;
     default:
       return false;

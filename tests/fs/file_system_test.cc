@@ -218,6 +218,38 @@ TEST_F(FsTest, FullVolumeGivesEnospcAndUnlinkMakesRoomAtOnce) {
   EXPECT_EQ(fs_->StatFs().free_blocks, fs_->StatFs().total_blocks);
 }
 
+TEST_F(FsTest, TruncateThatCannotRestageItsLastChunkFailsAndChangesNothing) {
+  // Shrinking into the middle of a chunk rewrites that chunk's head to new
+  // space (data is never overwritten in place). On a full volume that
+  // fails: the truncate must fail too, not drop the head it should keep.
+  const std::string a = Pattern(3 << 20, 3);
+  const uint64_t ino = Store(kRootIno, "a", a);
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  auto c = fs_->Create(kRootIno, "fill", 0644, O_WRONLY, Caller{});
+  ASSERT_TRUE(c.ok());
+  const std::string mib(1 << 20, 'f');
+  for (uint64_t off = 0;; off += mib.size()) {
+    auto w = fs_->Write(c->fh, off, mib);
+    if (!w.ok() || *w < mib.size()) break;
+  }
+  fs_->Release(c->fh);
+  SetAttrRequest cut;
+  cut.size = (3 << 20) / 2;  // 1.5 MiB: inside the second chunk
+  auto r = fs_->SetAttr(ino, cut, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ENOSPC);
+  EXPECT_EQ(*Load(kRootIno, "a"), a);
+  Remount();
+  EXPECT_EQ(*Load(kRootIno, "a"), a);
+  // With room again it works and keeps exactly the head.
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "fill").ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, cut, 0).ok());
+  EXPECT_EQ(*Load(kRootIno, "a"), a.substr(0, *cut.size));
+  Remount();
+  EXPECT_EQ(*Load(kRootIno, "a"), a.substr(0, *cut.size));
+}
+
 TEST_F(FsTest, ReaddirListsEveryEntryOnceIncludingUncommitted) {
   std::set<std::string> names;
   for (int k = 0; k < 3000; ++k) {

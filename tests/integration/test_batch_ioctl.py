@@ -487,7 +487,12 @@ def test_hostile_input_gets_its_errno_and_the_daemon_keeps_serving(vol, dirfd, w
     g = Entry(OP_READ, "x", small.id, 4097, 10000)  # copied by the daemon's CPU
     h = Entry(OP_WRITE, "shrunk2", small.id, 1, 5000)
     run(dirfd, shm, [e, f, g, h])
-    assert [x.status in (0, errno.EFAULT) for x in (e, f, g, h)] == [True] * 4
+    # The WRITE in place may also be EBUSY: the device then reads the pages
+    # pinned at registration while the daemon's CPU sees the zero pages
+    # mapped over the lost ones, and the two checksums differ.
+    assert e.status in (0, errno.EFAULT, errno.EBUSY), e.status
+    assert [x.status in (0, errno.EFAULT) for x in (f, g, h)] == [True] * 3, \
+        [x.status for x in (f, g, h)]
     # Even the table in the lost pages: read as zeros (op 0: EINVAL).
     assert batch_ioctl(dirfd, 4, small.id, 0) == (0, 4, 0)
     small.mm.close()

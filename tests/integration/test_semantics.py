@@ -384,6 +384,26 @@ def test_truncate_grow_and_shrink(vol):
     fd = os.open(vol.p("t"), os.O_WRONLY | os.O_TRUNC)
     os.close(fd)
     assert os.stat(vol.p("t")).st_size == 0
+    # O_RDONLY | O_TRUNC truncates too, as on Linux's own filesystems (the
+    # kernel asks for write permission first).
+    write_file(vol.p("t"), b"x" * 100)
+    os.close(os.open(vol.p("t"), os.O_RDONLY | os.O_TRUNC))
+    assert os.stat(vol.p("t")).st_size == 0
+
+
+def test_times_beyond_what_is_kept_are_clamped_not_wrapped(vol):
+    """Times are kept as 64-bit nanoseconds (years 1678-2262). One beyond is
+    clamped to the nearest end, as ext4 clamps to its range; it used to wrap
+    around into the past."""
+    write_file(vol.p("t"), b"x")
+    os.utime(vol.p("t"), (2 ** 40, 2 ** 40))
+    st = os.stat(vol.p("t"))
+    assert 9_223_372_035 <= st.st_mtime <= 9_223_372_037, st.st_mtime
+    os.utime(vol.p("t"), (-(2 ** 40), -(2 ** 40)))
+    st = os.stat(vol.p("t"))
+    assert -9_223_372_038 <= st.st_mtime <= -9_223_372_035, st.st_mtime
+    os.utime(vol.p("t"), (1_700_000_000, 1_700_000_000))
+    assert os.stat(vol.p("t")).st_mtime == 1_700_000_000
 
 
 # --- ioctl and fsync -----------------------------------------------------------
