@@ -670,7 +670,9 @@ Result<uint64_t> FileSystem::Open(uint64_t ino, int flags) {
   return Measured(
       impl_->metrics_, Op::kOpen,
       [&]() -> Result<uint64_t> {
-        if ((flags & O_ACCMODE) != O_RDONLY) KVFS_RETURN_IF_ERROR(impl_->Writable());
+        if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) {
+          KVFS_RETURN_IF_ERROR(impl_->Writable());
+        }
         return impl_->Open(ino, flags);
       },
       ESTALE);

@@ -466,7 +466,9 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
   // the caller can still change. The extent's checksum must be of the bytes
   // the device got: it is taken before the write and again after, and if
   // they differ the entry fails (EBUSY) and nothing is written, rather than
-  // a file that fsck --verify-data (or verify=on) would find corrupt.
+  // a file that fsck --verify-data (or verify=on) would find corrupt. Bytes
+  // changed and changed back in between go unseen; only a copy would close
+  // that, at the cost of the zero-copy path.
   for (Source& s : sources) {
     if (s.direct) s.before = Crc32c(s.buf, s.len);
   }

@@ -250,6 +250,25 @@ TEST_F(FsTest, TruncateThatCannotRestageItsLastChunkFailsAndChangesNothing) {
   EXPECT_EQ(*Load(kRootIno, "a"), a.substr(0, *cut.size));
 }
 
+TEST_F(FsTest, TruncateByPathThenUnlinkFreesTheRestagedChunksSpace) {
+  // A truncate without an open handle restages the chunk it cuts; that
+  // chunk's space must come back when the file goes, as a written one's does.
+  auto c = fs_->Create(kRootIno, "a", 0644, O_WRONLY, Caller{});
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(fs_->Write(c->fh, 0, Pattern(3 << 20, 4)).ok());
+  ASSERT_TRUE(fs_->Flush(c->fh).ok());
+  fs_->Release(c->fh);
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  SetAttrRequest cut;
+  cut.size = (3 << 20) / 2;
+  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, cut, 0).ok());
+  EXPECT_EQ(*Load(kRootIno, "a"), Pattern(3 << 20, 4).substr(0, *cut.size));
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "a").ok());
+  fs_->Forget(c->attr.ino, 1);  // the kernel's reference from the create
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(fs_->StatFs().free_blocks, fs_->StatFs().total_blocks);
+}
+
 TEST_F(FsTest, ReaddirListsEveryEntryOnceIncludingUncommitted) {
   std::set<std::string> names;
   for (int k = 0; k < 3000; ++k) {
