@@ -67,6 +67,18 @@ def test_read_overtakes_two_gib_of_queued_write_behind(make_volume):
     assert read_s < drain_s / 2, (read_s, drain_s, backlog)
 
 
+def race(targets, seconds, stop):
+    """Runs fn(*args) for each (fn, args) in a thread of its own for
+    `seconds`, then sets `stop` and waits for them."""
+    threads = [threading.Thread(target=fn, args=args) for fn, args in targets]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+
+
 def test_cache_never_serves_an_old_or_torn_version(vol):
     """Writers replace four names (tmp + rename) and unlink them; readers
     stat and read them in a loop. Every read is exactly one version: its
@@ -127,14 +139,7 @@ def test_cache_never_serves_an_old_or_torn_version(vol):
         except Exception as e:  # noqa: BLE001
             errors.append(f"reader {r}: {e!r}")
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(2)]
-    threads += [threading.Thread(target=reader, args=(r,)) for r in range(3)]
-    for t in threads:
-        t.start()
-    time.sleep(8)
-    stop.set()
-    for t in threads:
-        t.join(timeout=60)
+    race([(writer, (w,)) for w in range(2)] + [(reader, (r,)) for r in range(3)], 8, stop)
     assert not errors, errors[:5]
     assert stale[0] <= max(1, reads[0] // 100), (stale[0], reads[0])
     assert reads[0] > 50, reads[0]
@@ -200,14 +205,7 @@ def test_cache_never_serves_bytes_older_than_a_finished_truncate_or_overwrite(vo
         except Exception as e:  # noqa: BLE001
             errors.append(f"reader {r}: {e!r}")
 
-    threads = [threading.Thread(target=writer)]
-    threads += [threading.Thread(target=reader, args=(r,)) for r in range(3)]
-    for t in threads:
-        t.start()
-    time.sleep(5)
-    stop.set()
-    for t in threads:
-        t.join(timeout=60)
+    race([(writer, ())] + [(reader, (r,)) for r in range(3)], 5, stop)
     assert not errors, errors[:5]
     assert finished[0] > 20 and checked[0] > 20, (finished[0], checked[0])
 
