@@ -121,27 +121,18 @@ OpenFiles& Opened() {
   return *s;
 }
 
-// Prefetches every non-empty line of `text` (a name relative to the root).
-// Tries all of them; returns the last failure.
-Status PrefetchNames(fs::FileSystem& fs, std::string_view text) {
-  Status result = Status::OK();
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    while (!line.empty() && line.front() == '/') line.remove_prefix(1);
-    if (line.empty()) continue;
-    Status st = [&]() -> Status {
-      KVFS_ASSIGN_OR_RETURN(uint64_t ino, fs.ResolvePath(line));
-      return fs.Prefetch(ino);
-    }();
-    if (!st.ok()) {
-      spdlog::debug(".kvfs/prefetch: {}: {}", line, st.ToString());
-      result = st;
-    }
-  }
-  return result;
+// Prefetches the file `line` names (relative to the root; a trailing '\r'
+// and leading '/' are ignored, an empty line names nothing).
+Status PrefetchName(fs::FileSystem& fs, std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  while (!line.empty() && line.front() == '/') line.remove_prefix(1);
+  if (line.empty()) return Status::OK();
+  Status st = [&]() -> Status {
+    KVFS_ASSIGN_OR_RETURN(uint64_t ino, fs.ResolvePath(line));
+    return fs.Prefetch(ino);
+  }();
+  if (!st.ok()) spdlog::debug(".kvfs/prefetch: {}: {}", line, st.ToString());
+  return st;
 }
 
 // A name longer than this is refused without waiting for its end.
@@ -149,44 +140,36 @@ constexpr size_t kMaxLine = PATH_MAX;
 
 // Feeds one write of `prefetch` through `f`: the lines it completes are
 // prefetched, an unfinished last line waits in f.partial for the next write
-// or for close (`at_close`, which ends it). ENAMETOOLONG for a line over
-// kMaxLine (the rest of it is skipped); otherwise PrefetchNames's result.
+// or for close (`at_close`, which ends it). Tries every line; returns the
+// last failure, ENAMETOOLONG for a line over kMaxLine (the rest of it is
+// skipped).
 Status PrefetchLines(fs::FileSystem& fs, OpenFile& f, std::string_view data, bool at_close) {
   std::lock_guard<std::mutex> l(f.mu);
   Status result = Status::OK();
-  const auto too_long = [&] {
+  const auto end_line = [&] {
+    if (!f.skipping) {
+      Status st = PrefetchName(fs, f.partial);
+      if (!st.ok()) result = st;
+    }
     f.partial.clear();
-    f.skipping = true;
-    result = Status::Error(ENAMETOOLONG, ".kvfs/prefetch: a line longer than " +
-                                             std::to_string(kMaxLine) + " bytes");
+    f.skipping = false;
   };
   while (!data.empty()) {
     const size_t nl = data.find('\n');
     const std::string_view piece = data.substr(0, nl);
     data = nl == std::string_view::npos ? std::string_view() : data.substr(nl + 1);
-    if (!f.skipping) {
-      if (f.partial.size() + piece.size() > kMaxLine) {
-        too_long();
-      } else {
-        f.partial.append(piece);
-      }
+    if (!f.skipping && f.partial.size() + piece.size() > kMaxLine) {
+      f.partial.clear();
+      f.skipping = true;
+      result = Status::Error(ENAMETOOLONG, ".kvfs/prefetch: a line longer than " +
+                                               std::to_string(kMaxLine) + " bytes");
+    } else if (!f.skipping) {
+      f.partial.append(piece);
     }
     if (nl == std::string_view::npos) break;  // the line goes on in the next write
-    if (!f.skipping) {
-      Status st = PrefetchNames(fs, f.partial);
-      if (!st.ok()) result = st;
-    }
-    f.partial.clear();
-    f.skipping = false;
+    end_line();
   }
-  if (at_close) {
-    if (!f.skipping && !f.partial.empty()) {
-      Status st = PrefetchNames(fs, f.partial);
-      if (!st.ok()) result = st;
-    }
-    f.partial.clear();
-    f.skipping = false;
-  }
+  if (at_close) end_line();
   return result;
 }
 
