@@ -38,6 +38,15 @@ Workloads (--workloads, comma separated; default all):
   restore  time to load K chunks (64 x 4 MiB) with cold caches, on an idle
            volume and while a burst of stores (4 GiB, another process) drains.
 
+Device (--ram): by default the images are files in --dir, on the disk to
+measure. With --ram, kvfs-bench mounts a tmpfs of the size the run needs
+(DIR/ram) and puts kvfs's image, ext4's loop image and fio's file on it, then
+unmounts it at the end, also when interrupted or on an error. It stands for
+a device faster than the software, so what is measured is the software's own
+path. It does not model DMA: every byte the device moves is a CPU copy, for
+ext4 once and for kvfs once more (the device into its cache, then to the
+caller), where an NVMe drive copies by DMA.
+
 Every load checks every byte against what was stored (per-key data at a
 distinct offset of a seeded random pattern); a mismatch fails the workload and
 the exit status is 1.
@@ -70,9 +79,11 @@ import mmap
 import os
 import platform
 import random
+import resource
 import re
 import shutil
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -151,6 +162,13 @@ class SignalGate:
 
 GATE = SignalGate()
 
+# Room for kvfs's index (RocksDB) beside its image on the --ram tmpfs.
+RAM_INDEX_BYTES = 512 * MiB
+
+# The source name of the --ram tmpfs in the mount table: how a later run
+# recognises one that a killed run left behind.
+RAM_SOURCE = "kvfs-bench-ram"
+
 
 # ---------------------------------------------------------------- helpers
 
@@ -216,6 +234,16 @@ def run(cmd, check=True, timeout=None, **kw):
     return r
 
 
+def is_block_device(path):
+    """True for a block device (or a symlink to one), by stat: a path under
+    /dev/ may be a regular file (/dev/shm/x.img) and a device may live
+    elsewhere."""
+    try:
+        return stat.S_ISBLK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def os_error_text(e):
     """'PATH: strerror' for an OSError whose filename may be bytes."""
     name = e.filename.decode(errors="replace") if isinstance(e.filename, bytes) else e.filename
@@ -261,6 +289,18 @@ def dirty_bytes():
     return total
 
 
+def mem_available():
+    """MemAvailable from /proc/meminfo, bytes (None if unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def machine_info(scratch):
     info = {"hostname": platform.node(), "kernel": platform.release(),
             "cpus": os.cpu_count(), "python": platform.python_version(),
@@ -292,6 +332,54 @@ def machine_info(scratch):
         except OSError:
             pass
     return info
+
+
+# ---------------------------------------------------------------- CPU time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid):
+    """user+system seconds of process `pid` (all its threads, also ended
+    ones) from /proc/PID/stat; None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def system_cpu_seconds():
+    """CPU seconds the whole machine spent busy (user, nice, system, irq,
+    softirq of every CPU) from /proc/stat: every process and the kernel's
+    own threads (writeback, loop devices), other load included."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / CLK_TCK
+
+
+def client_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class CpuMeter:
+    """CPU seconds spent during a measured phase: the kvfs daemon's
+    (/proc/PID/stat; None for ext4 or a mount that is not ours), the
+    client's (this process: the workload's threads), the system's."""
+
+    def __init__(self, daemon_pid):
+        self.pid = daemon_pid
+        self.d0 = process_cpu_seconds(daemon_pid) if daemon_pid else None
+        self.c0 = client_cpu_seconds()
+        self.s0 = system_cpu_seconds()
+
+    def stop(self):
+        d1 = process_cpu_seconds(self.pid) if self.pid else None
+        c1, s1 = client_cpu_seconds(), system_cpu_seconds()
+        return {"cpu_daemon_s": None if self.d0 is None or d1 is None else d1 - self.d0,
+                "cpu_client_s": c1 - self.c0, "cpu_system_s": s1 - self.s0}
 
 
 # ---------------------------------------------------------------- progress
@@ -555,6 +643,13 @@ class Target:
     mnt = ""
     cold_method = None
 
+    def daemon_pid(self):
+        """The pid of the process serving the mount (kvfs, when ours)."""
+        return None
+
+    def cpu(self):
+        return CpuMeter(self.daemon_pid())
+
     @property
     def workdir(self):
         return os.path.join(self.mnt, "kvfs-bench")
@@ -578,23 +673,32 @@ class KvfsTarget(Target):
 
     name = "kvfs"
 
-    def __init__(self, bench, mnt, image=None, index=None, managed=True):
+    def __init__(self, bench, mnt, image=None, index=None, managed=True, owned=True):
         self.bench = bench
         self.mnt = mnt
         self.image = image
         self.index = index
         self.managed = managed
+        # Our own image file (removed at teardown), not a device or file the
+        # user named with --kvfs-device.
+        self.owned = owned
         self.proc = None
         self.log_path = os.path.join(bench.dir, "kvfs.log")
         self.warned_warm = False
         self.cold_method = None
         self.unmounting = False  # fusermount3 -u sent to the current daemon
 
+    def daemon_pid(self):
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
     def format(self, size):
         cmd = [self.bench.mkfs_bin, "-f", "-q"]
         if self.index:
             cmd += ["--index", self.index]
-        if not self.image.startswith("/dev/"):
+        # An image file gets --size (mkfs.kvfs creates or extends it); a
+        # block device, or a non-empty file the user named, is used as it is.
+        if not is_block_device(self.image) and (
+                self.owned or not os.path.exists(self.image) or os.path.getsize(self.image) == 0):
             cmd += ["--size", str(size)]
         run(cmd + [self.image], timeout=600)
 
@@ -698,11 +802,12 @@ class KvfsTarget(Target):
                 if self.proc is not None and self.proc.poll() is None:
                     self.proc.kill()
                     self.proc.wait()
-                if not keep and self.image and not self.image.startswith("/dev/"):
-                    for p in (self.image,):
-                        if os.path.exists(p):
-                            os.unlink(p)
+                if not keep and self.image and self.owned:
+                    if os.path.exists(self.image):
+                        os.unlink(self.image)
                     shutil.rmtree(self.index or self.image + ".index", ignore_errors=True)
+                elif not keep and self.index:
+                    shutil.rmtree(self.index, ignore_errors=True)
         else:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -778,6 +883,11 @@ class Bench:
         self.args = args
         self.cfg = cfg
         self.dir = cfg["dir"]
+        # Where the image files go: --dir, or the tmpfs mounted at DIR/ram
+        # (--ram; mounted by setup_scratch, unmounted by teardown).
+        self.ram_dir = os.path.join(self.dir, "ram") if cfg.get("ram") else None
+        self.ram_mounted = False
+        self.data_dir = self.ram_dir or self.dir
         self.samples = []
         self.status = {}  # workload -> {"status", "verified", "reason"}
         self.targets = {}
@@ -847,9 +957,46 @@ class Bench:
                     run(["fusermount3", "-u", "-z", m], check=False)
                 else:
                     run(["umount", "-l", m], check=False)
-        r = run(["losetup", "-j", os.path.join(self.dir, "ext4.img")], check=False)
-        for line in r.stdout.splitlines():
-            run(["losetup", "-d", line.split(":", 1)[0]], check=False)
+        ram = os.path.join(self.dir, "ram")
+        for image in (os.path.join(self.dir, "ext4.img"), os.path.join(ram, "ext4.img")):
+            r = run(["losetup", "-j", image], check=False)
+            for line in r.stdout.splitlines():
+                run(["losetup", "-d", line.split(":", 1)[0]], check=False)
+        if table.get(ram, (None, None)) == ("tmpfs", RAM_SOURCE):
+            self.progress.message(f"kvfs-bench: unmounting the tmpfs {ram}, left by an earlier run")
+            run(["umount", "-l", ram], check=False)
+        if self.ram_dir:
+            self.mount_ram()
+
+    def mount_ram(self):
+        """--ram: a tmpfs of cfg['ram_bytes'] at DIR/ram for the images."""
+        size = self.cfg["ram_bytes"]
+        self.mnt_dir("ram")
+        self.progress.message(f"kvfs-bench: mounting a tmpfs of {fmt_size(size)} at "
+                              f"{self.ram_dir} (the RAM device)")
+        # Marked mounted before the command: a signal that lands while mount
+        # runs must still find it in teardown (which checks the mount table).
+        self.ram_mounted = True
+        run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", RAM_SOURCE, self.ram_dir],
+            timeout=60)
+        if mount_table().get(self.ram_dir, (None, None))[0] != "tmpfs":
+            raise BenchError(f"mount -t tmpfs {self.ram_dir}: not mounted afterwards")
+
+    def unmount_ram(self):
+        """Unmounts the --ram tmpfs (its files go with it). Raises BenchError
+        when only a lazy unmount succeeded."""
+        if not self.ram_mounted:
+            return
+        self.ram_mounted = False
+        if mount_table().get(self.ram_dir, (None, None)) != ("tmpfs", RAM_SOURCE):
+            return
+        for attempt in range(20):
+            r = run(["umount", self.ram_dir], check=False)
+            if r.returncode == 0:
+                return
+            time.sleep(0.25)
+        run(["umount", "-l", self.ram_dir], check=False)
+        raise BenchError(f"umount {self.ram_dir}: {r.stderr.strip()} (unmounted lazily)")
 
     def mnt_dir(self, name):
         m = os.path.join(self.dir, name)
@@ -868,10 +1015,10 @@ class Bench:
             else:
                 if a.kvfs_device:
                     t = KvfsTarget(self, self.mnt_dir("mnt-kvfs"), image=a.kvfs_device,
-                                   index=os.path.join(self.dir, "kvfs.index"))
+                                   index=os.path.join(self.dir, "kvfs.index"), owned=False)
                 else:
                     t = KvfsTarget(self, self.mnt_dir("mnt-kvfs"),
-                                   image=os.path.join(self.dir, "kvfs.img"))
+                                   image=os.path.join(self.data_dir, "kvfs.img"))
                 self.targets["kvfs"] = t  # registered first: teardown covers a half setup
                 self.progress.message(f"kvfs-bench: mkfs.kvfs {t.image} and mount at {t.mnt}")
                 t.format(c["image_size"])
@@ -888,7 +1035,7 @@ class Bench:
                     t = Ext4Target(self, self.mnt_dir("mnt-ext4"), device=a.ext4_device)
                 else:
                     t = Ext4Target(self, self.mnt_dir("mnt-ext4"),
-                                   image=os.path.join(self.dir, "ext4.img"))
+                                   image=os.path.join(self.data_dir, "ext4.img"))
                 self.targets["ext4"] = t
                 what = t.device or f"a loop device over {t.image}"
                 self.progress.message(f"kvfs-bench: mkfs.ext4 on {what} and mount at {t.mnt}")
@@ -918,6 +1065,10 @@ class Bench:
         for p in self.fio_files:
             if not self.args.keep and os.path.exists(p):
                 os.unlink(p)
+        try:
+            self.unmount_ram()
+        except BaseException as e:  # noqa: B036 -- teardown goes on
+            errors.append(f"tmpfs: {e}")
         for m in self.made_mnt_dirs:
             try:
                 os.rmdir(m)
@@ -946,11 +1097,11 @@ class Bench:
         target = self.args.fio_target
         if target is None and self.args.kvfs_device:
             target = self.args.kvfs_device  # before mkfs.kvfs formats it
-        is_dev = target is not None and target.startswith("/dev/")
+        is_dev = target is not None and is_block_device(target)
         if target is None:
             # A file like kvfs's image, in the same directory. Not kvfs's own
             # image: kvfs must not be mounted on a file fio writes.
-            target = os.path.join(self.dir, "fio.img")
+            target = os.path.join(self.data_dir, "fio.img")
             self.fio_files.append(target)
             with open(target, "wb") as f:
                 os.posix_fallocate(f.fileno(), 0, min(c["fio_region"], c["image_size"]))
@@ -1024,16 +1175,19 @@ class Bench:
         common = dict(workload="lmcache", fs=t.name, mode=mode, size=size, batches=m, keys=n,
                       round=rnd, repeat=rep, bytes=size * n * m)
         try:
+            meter = t.cpu()
             secs, _ = run_threads(
                 lambda tid: store_keys(names[tid][0], names[tid][1], views[tid], direct,
                                        self.stop), m, self.stop)
             store = self.record(op="store", seconds=secs, value=size * n * m / secs / 1e6,
-                                unit="MB/s", **common)
+                                unit="MB/s", **meter.stop(), **common)
             buf.poison()
             cold = t.cold()
+            meter = t.cpu()
             secs, got = run_threads(
                 lambda tid: load_keys(names[tid][0], views[tid], direct, self.stop),
                 m, self.stop)
+            cpu = meter.stop()
             if FAULT == "flip-load-byte":
                 buf.view[size // 2] ^= 0xFF
             bad = []
@@ -1049,7 +1203,7 @@ class Bench:
                                    f"stored, first in the 4 KiB block at offset {pos}")
             load = self.record(op="load", seconds=secs, value=size * n * m / secs / 1e6,
                                unit="MB/s", verified=not bad, mismatches=len(bad),
-                               cold=cold, **common)
+                               cold=cold, **cpu, **common)
             if bad:
                 raise BenchError(f"lmcache load on {t.name} ({mode}, {fmt_size(size)}, M={m}): "
                                  f"{len(bad)} of {n * m} keys did not verify; first: {bad[0]}")
@@ -1176,21 +1330,25 @@ class Bench:
                     buf.view(i * size, size)[:] = self.pattern.data(offs[i], size)
                 common = dict(workload="batch", fs="kvfs", mode="ioctl", size=size,
                               batches=1, keys=n, round=rnd, repeat=rep, bytes=size * n)
+                meter = t.cpu()
                 t0 = time.perf_counter()
                 res = client.write_batch(
                     [(names[i], buf.view(i * size, size)) for i in range(n)])
                 secs = time.perf_counter() - t0
+                cpu = meter.stop()
                 failed = [r for r in res if not r.ok]
                 if failed:
                     raise BenchError(f"batch store: {len(failed)} of {n} keys failed; "
                                      f"first: {failed[0].name}: {failed[0].error}")
                 store = self.record(op="store", seconds=secs, value=size * n / secs / 1e6,
-                                    unit="MB/s", **common)
+                                    unit="MB/s", **cpu, **common)
                 buf.view()[:] = b"\xa5" * buf.size  # nothing stale can verify
                 cold = t.cold()
+                meter = t.cpu()
                 t0 = time.perf_counter()
                 res = client.read_batch(names, buf, size=size)
                 secs = time.perf_counter() - t0
+                cpu = meter.stop()
                 bad = []
                 for i, r in enumerate(res):
                     if not r.ok or r.value != size:
@@ -1199,7 +1357,7 @@ class Bench:
                         bad.append(f"{names[i]}: bytes differ from what was stored")
                 load = self.record(op="load", seconds=secs, value=size * n / secs / 1e6,
                                    unit="MB/s", verified=not bad, mismatches=len(bad),
-                                   cold=cold, **common)
+                                   cold=cold, **cpu, **common)
                 if bad:
                     raise BenchError(f"batch load ({fmt_size(size)}): {len(bad)} of {n} keys "
                                      f"did not verify; first: {bad[0]}")
@@ -1308,17 +1466,20 @@ class Bench:
         return r
 
     def _load_restore(self, t, keys, buf, offs, size):
+        """Loads and verifies the restore's keys: (seconds, CPU seconds)."""
+        meter = t.cpu()
         t0 = time.perf_counter()
         got = load_keys(keys, [buf.slot_view(i, size) for i in range(len(keys))], False,
                         self.stop)
         secs = time.perf_counter() - t0
+        cpu = meter.stop()
         bad = [keys[i].decode() for i, nread, st_size in got
                if nread != size or st_size != size
                or not self.pattern.matches(buf, i, offs[i], size)]
         if bad:
             raise BenchError(f"restore on {t.name}: {len(bad)} of {len(keys)} keys did not "
                              f"verify; first: {bad[0]}")
-        return secs
+        return secs, cpu
 
     def run_restore_round(self, rnd):
         c = self.cfg
@@ -1344,9 +1505,9 @@ class Bench:
                               batches=1, keys=k, round=rnd, bytes=k * size, burst=burst)
                 buf.poison()
                 cold = t.cold()
-                idle = self._load_restore(t, keys, buf, offs, size)
+                idle, cpu = self._load_restore(t, keys, buf, offs, size)
                 self.record(op="idle", seconds=idle, value=idle, unit="s", verified=True,
-                            cold=cold, **common)
+                            cold=cold, **cpu, **common)
                 buf.poison()
                 t.cold()
                 # The burst: another process stores burst_keys chunks; the
@@ -1362,7 +1523,7 @@ class Bench:
                     issued += len(chunk)
                 at_start = issued
                 dirty_start = dirty_bytes()
-                busy = self._load_restore(t, keys, buf, offs, size)
+                busy, cpu = self._load_restore(t, keys, buf, offs, size)
                 dirty_end = dirty_bytes()
                 os.set_blocking(rfd, False)
                 try:
@@ -1392,7 +1553,7 @@ class Bench:
                             burst_issued_at_end=at_end * size,
                             burst_ended_before_restore=at_end == burst_keys,
                             dirty_bytes_at_start=dirty_start, dirty_bytes_at_end=dirty_end,
-                            burst_seconds=burst_secs, **common)
+                            burst_seconds=burst_secs, **cpu, **common)
                 self.record(op="busy/idle", seconds=None, value=busy / idle, unit="x",
                             verified=True, **common)
                 self.progress.result(f"idle {idle:.3f} s, busy {busy:.3f} s "
@@ -1482,6 +1643,17 @@ def summarize(samples, cfg):
             groups[key] = {"unit": s["unit"], "keys": s.get("keys")}
             order.append(key)
         groups[key].setdefault(s["fs"], []).append(s["value"])
+        if s.get("cpu_client_s") is not None and s.get("bytes"):
+            acc = groups[key].setdefault("cpu", {}).setdefault(
+                s["fs"], {"daemon": 0.0, "client": 0.0, "system": 0.0, "bytes": 0,
+                          "daemon_known": True})
+            acc["client"] += s["cpu_client_s"]
+            acc["system"] += s["cpu_system_s"]
+            acc["bytes"] += s["bytes"]
+            if s.get("cpu_daemon_s") is None:
+                acc["daemon_known"] = False
+            else:
+                acc["daemon"] += s["cpu_daemon_s"]
 
     rows = []
     for key in order:
@@ -1508,6 +1680,14 @@ def summarize(samples, cfg):
         if kv and row["limit"] and kv["median"]:
             r = kv["median"] / row["limit"]
             row["kvfs_vs_limit"] = 1 / r if row["unit"] == "s" else r
+        # CPU seconds per GiB moved: totals over every sample of the row
+        # (one sample lasts milliseconds; /proc/PID/stat counts 10 ms ticks).
+        for fs, acc in g.get("cpu", {}).items():
+            gib = acc["bytes"] / GiB
+            row[f"cpu_{fs}"] = {
+                "daemon": acc["daemon"] / gib if acc["daemon_known"] and fs == "kvfs" else None,
+                "client": acc["client"] / gib, "system": acc["system"] / gib,
+                "bytes": acc["bytes"]}
         rows.append(row)
     for s in (s for s in samples if s.get("available") is False):
         rows.append({"workload": "batch", "op": "batch", "mode": "-", "size": 0, "batches": 1,
@@ -1551,8 +1731,32 @@ OP_LABELS = {("lookup", "hit"): "stat existing (cold)", ("lookup", "miss"): "sta
              ("restore", "busy"): "load, store burst", ("restore", "busy/idle"): "slowdown busy/idle"}
 
 
+def fmt_cpu(cpu, with_daemon):
+    """'daemon/client/system' (kvfs) or 'client/system' CPU s/GiB."""
+    if not cpu:
+        return "-"
+    vals = ([cpu["daemon"]] if with_daemon else []) + [cpu["client"], cpu["system"]]
+    return "/".join("-" if v is None else f"{v:.2f}" for v in vals)
+
+
+def device_note(cfg):
+    """What the device of the run stands for (--ram), or None."""
+    if not cfg.get("ram"):
+        return None
+    return (f"Device: RAM, a tmpfs of {fmt_size(cfg['ram_bytes'])} mounted for this run at "
+            f"{os.path.join(cfg['dir'], 'ram')} (kvfs's image, ext4's loop image and fio's file "
+            "on it). It stands for a device faster than the software: what is measured is the "
+            "software's own path.\nIt does not model DMA: every byte the device moves costs a "
+            "CPU copy here, for ext4 once and for kvfs once more (into its cache, then to the "
+            "caller); an NVMe drive copies by DMA, so the CPU columns include copies a drive "
+            "would not cost.")
+
+
 def format_report(fio_rows, rows, cfg):
     parts = []
+    note = device_note(cfg)
+    if note:
+        parts.append(note)
     if fio_rows:
         depths = sorted({r["depth"] for r in fio_rows})
         table = []
@@ -1587,11 +1791,19 @@ def format_report(fio_rows, rows, cfg):
                           fmt_cell(r["kvfs"], unit), fmt_cell(r["ext4"], unit),
                           fmt_value(r["limit"], unit),
                           "-" if r["kvfs_vs_ext4"] is None else f"{r['kvfs_vs_ext4']:.2f}",
-                          "-" if r["kvfs_vs_limit"] is None else f"{r['kvfs_vs_limit']:.2f}"])
+                          "-" if r["kvfs_vs_limit"] is None else f"{r['kvfs_vs_limit']:.2f}",
+                          fmt_cpu(r.get("cpu_kvfs"), True), fmt_cpu(r.get("cpu_ext4"), False)])
         parts.append(f"Workloads: median [min-max] over {cfg['rounds']} round(s); ratios are "
                      "kvfs speed / other speed (above 1: kvfs faster)\n"
+                     "CPU s/GiB: CPU seconds per GiB moved, totals over the row's samples, "
+                     "during the timed phase only: dmn the kvfs daemon's user+system "
+                     "(/proc/PID/stat), cli the workload process's (getrusage), sys SYSTEM-WIDE "
+                     "busy time of all CPUs (/proc/stat: every process and kernel thread, "
+                     "other load on the machine included; for ext4 the only place its "
+                     "writeback and loop-device work shows)\n"
                      + render_table(["workload", "op", "mode", "chunk", "M", "unit", "kvfs",
-                                     "ext4", "limit", "kvfs/ext4", "kvfs/limit"], table)
+                                     "ext4", "limit", "kvfs/ext4", "kvfs/limit",
+                                     "kvfs s/GiB dmn/cli/sys", "ext4 s/GiB cli/sys"], table)
                      + "".join("\n" + n for n in notes))
     return "\n\n".join(parts)
 
@@ -1693,7 +1905,12 @@ def build_parser():
     ap.add_argument("--batch-shapes", metavar="LIST",
                     help=f"batch ioctl shapes, KEYSxSIZE ({FULL['batch_shapes']})")
     ap.add_argument("--burst", metavar="SIZE", help=f"bytes of stores during the restore ({FULL['burst']})")
-    ap.add_argument("--image-size", metavar="SIZE", help=f"size of each image file ({FULL['image_size']})")
+    ap.add_argument("--image-size", metavar="SIZE",
+                    help=f"size of each image file ({FULL['image_size']}; with --ram: what the "
+                         "largest workload needs)")
+    ap.add_argument("--ram", action="store_true",
+                    help="put the images and fio's file on a tmpfs that kvfs-bench mounts at "
+                         "DIR/ram for the run (a device faster than the software)")
     ap.add_argument("--seed", type=int, metavar="N", default=1, help="seed of the data pattern (1)")
     ap.add_argument("--kvfs-mount", metavar="DIR", help="use this existing kvfs mount (nothing is formatted)")
     ap.add_argument("--ext4-mount", metavar="DIR",
@@ -1754,7 +1971,8 @@ def resolve_config(a):
                                      lambda t: parse_shape(t, "--batch-shapes"),
                                      "--batch-shapes")
     cfg["burst"] = parse_size(pick("burst"))
-    cfg["image_size"] = parse_size(pick("image_size"))
+    cfg["ram"] = bool(a.ram)
+    cfg["device"] = "ram" if a.ram else "disk"
     bad = [m for m in cfg["modes"] if m not in MODES]
     if bad:
         raise BenchError(f"--modes: unknown {','.join(bad)} (known: buffered,direct)")
@@ -1780,11 +1998,55 @@ def resolve_config(a):
     if "batch" in cfg["workloads"]:
         need = max(need, max(k * s for k, s in cfg["batch_shapes"]))
     managed = not (a.kvfs_mount and a.ext4_mount)
+    if a.image_size is None and a.ram:
+        # RAM is scarcer than disk: the images are as large as the run needs
+        # (with room for allocation slack), not the disk default.
+        cfg["image_size"] = max(GiB, align_up(int(need * 1.5 + 512 * MiB), 512 * MiB))
+    else:
+        cfg["image_size"] = parse_size(pick("image_size"))
     if managed and need * 1.25 + 256 * MiB > cfg["image_size"]:
         raise BenchError(f"--image-size {fmt_size(cfg['image_size'])} is too small: the largest "
                          f"workload holds {fmt_size(need)} at once (give at least "
                          f"{fmt_size(align_up(int(need * 1.25 + 256 * MiB), GiB))})")
+    if a.ram:
+        resolve_ram(a, cfg, need)
     return cfg
+
+
+def resolve_ram(a, cfg, need):
+    """--ram: the tmpfs size (every file put on it, which kvfs-bench
+    allocates in full) and a check that it and the run fit in memory."""
+    if a.keep:
+        raise BenchError("--keep with --ram: the images live on the tmpfs, which is unmounted "
+                         "at the end of the run")
+    uses_fs = any(w in cfg["workloads"] for w in ("lmcache", "lookup", "restore", "batch"))
+    files = []
+    if uses_fs and "kvfs" in cfg["filesystems"] and not a.kvfs_mount and not a.kvfs_device:
+        files.append(("kvfs image", cfg["image_size"]))
+        files.append(("kvfs index", RAM_INDEX_BYTES))
+    if uses_fs and "ext4" in cfg["filesystems"] and not a.ext4_mount and not a.ext4_device:
+        files.append(("ext4 image", cfg["image_size"]))
+    if "fio" in cfg["workloads"] and a.fio_target is None and not a.kvfs_device:
+        files.append(("fio file", min(cfg["fio_region"], cfg["image_size"])))
+    if not files:
+        raise BenchError("--ram: nothing would be on the RAM device (every target is a mount or "
+                         "device given on the command line)")
+    cfg["ram_bytes"] = align_up(sum(n for _, n in files), MiB)
+    # Besides the tmpfs: kvfs's RAM cache (cache_mb, 1024 MiB by default)
+    # and the client's buffers (the largest working set) plus headroom.
+    cache = 1024 * MiB
+    m = re.search(r"(?:^|,)cache_mb=(\d+)", a.kvfs_options or "")
+    if m:
+        cache = int(m.group(1)) * MiB
+    want = cfg["ram_bytes"] + cache + need + 512 * MiB
+    avail = mem_available()
+    if avail is not None and want > avail:
+        raise BenchError(
+            f"--ram: the tmpfs needs {fmt_size(cfg['ram_bytes'])} ("
+            + ", ".join(f"{what} {fmt_size(n)}" for what, n in files)
+            + f") and the run about {fmt_size(want - cfg['ram_bytes'])} more, but only "
+            f"{fmt_size(avail)} of memory is available; give smaller --image-size, --sizes, "
+            "--batches or --fio-region")
 
 
 def main(argv=None):
@@ -1844,7 +2106,7 @@ def main(argv=None):
     outcome, code = "ok", 0
     try:
         bench.setup_scratch()
-        cfg["machine"] = machine_info(bench.dir)
+        cfg["machine"] = machine_info(bench.data_dir)
         bench.run_all()
     except Interrupted as e:
         outcome, code = "interrupted", 128 + e.signum

@@ -160,6 +160,102 @@ def test_quick_run_completes_every_workload_and_verifies_every_load(scratch):
     assert_torn_down(scratch)
 
 
+def ram_mounts_under(d):
+    """tmpfs, fuse and ext4 (loop) mounts at or under `d`."""
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f
+                if line.split()[4] == d or line.split()[4].startswith(d + "/")]
+
+
+def loops_under(d):
+    r = subprocess.run(["losetup", "-a"], capture_output=True, text=True)
+    return [line for line in r.stdout.splitlines() if d + "/" in line]
+
+
+def test_ram_device_run_verifies_and_unmounts_its_tmpfs(scratch):
+    out = os.path.join(scratch, "out.json")
+    r = subprocess.run(bench_cmd("--quick", "--ram", "--dir", scratch, "--json", out,
+                                 "--workloads", "fio,lmcache,batch,restore",
+                                 "--modes", "buffered,direct", "--batches", "1"),
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, f"kvfs-bench exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    with open(out) as f:
+        doc = json.load(f)
+    cfg = doc["config"]
+    assert cfg["ram"] is True and cfg["device"] == "ram" and cfg["ram_bytes"] > 0
+    # The images were on the tmpfs, which is gone.
+    assert cfg["machine"]["scratch_fs"]["fstype"] == "tmpfs", cfg["machine"]
+    assert "mounting a tmpfs" in r.stderr and os.path.join(scratch, "ram") in r.stderr
+    for w in ("fio", "lmcache", "restore"):
+        assert doc["workloads"][w]["status"] == "ok", doc["workloads"][w]
+    loads = [s for s in doc["samples"] if s.get("op") == "load"]
+    assert loads and all(s["verified"] for s in loads)
+    # What the device stands for and what it does not model.
+    assert "faster than the software" in r.stdout and "DMA" in r.stdout
+    # CPU seconds per GiB beside the throughput: the daemon's for kvfs
+    # (ours, so known), the client's and the system's for both.
+    assert "kvfs s/GiB dmn/cli/sys" in r.stdout and "SYSTEM-WIDE" in r.stdout
+    for s in doc["samples"]:
+        if s["workload"] in ("lmcache", "restore") and s["op"] in ("store", "load", "idle",
+                                                                  "busy"):
+            assert s["cpu_client_s"] >= 0 and s["cpu_system_s"] >= 0, s
+            assert (s["cpu_daemon_s"] is None) == (s["fs"] == "ext4"), s
+    rows = [row for row in doc["rows"] if row["workload"] == "lmcache"]
+    assert rows and all(row["cpu_kvfs"]["daemon"] is not None and row["cpu_ext4"]["daemon"]
+                        is None for row in rows)
+    assert ram_mounts_under(scratch) == [], "the tmpfs or a mount on it is still there"
+    assert loops_under(scratch) == []
+    assert not os.path.exists(os.path.join(scratch, "ram"))
+    assert_torn_down(scratch)
+
+
+def test_interrupted_ram_run_leaves_no_tmpfs_loop_or_fuse_mount(scratch):
+    p = subprocess.Popen(bench_cmd("--quick", "--ram", "--dir", scratch, "--workloads",
+                                   "lmcache", "--sizes", "1M", "--keys", "64"),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            line = p.stdout.readline()
+            assert line, "kvfs-bench ended before it could be interrupted:\n" + "".join(seen)
+            seen.append(line)
+            if line.startswith("[2/"):  # inside the lmcache workload, everything mounted
+                break
+            assert time.monotonic() < deadline, "no progress within 90 s"
+        assert ram_mounts_under(scratch), "nothing mounted while running:\n" + "".join(seen)
+        p.send_signal(signal.SIGINT)
+        output, _ = p.communicate(timeout=90)
+        output = "".join(seen) + output
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 128 + signal.SIGINT, output
+    assert ram_mounts_under(scratch) == [], output
+    assert loops_under(scratch) == [], output
+    assert not os.path.exists(os.path.join(scratch, "ram")), output
+    assert_torn_down(scratch)
+
+
+def test_image_under_dev_is_a_file_not_a_block_device():
+    """A --dir under /dev/ (here /dev/shm) holds image files: mkfs.kvfs gets
+    --size (it failed without it when the path decided "block device")."""
+    d = tempfile.mkdtemp(prefix="kvfs-bench-test-", dir="/dev/shm")
+    try:
+        r = subprocess.run(bench_cmd("--quick", "--dir", d, "--workloads", "lmcache",
+                                     "--fs", "kvfs", "--sizes", "256K", "--batches", "1",
+                                     "--modes", "buffered"),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"kvfs-bench exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+        assert mounts_under(d) == []
+        assert not os.path.exists(os.path.join(d, "kvfs.img"))
+    finally:
+        for m in mounts_under(d):
+            subprocess.run(["fusermount3", "-u", "-z", m], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def test_small_configurations_repeat_until_they_move_sample_bytes(scratch):
     out = os.path.join(scratch, "out.json")
     # 8 keys of 256K: 2 MiB per request at M=1 (two samples of 4M), 4 MiB at
