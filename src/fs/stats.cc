@@ -104,6 +104,8 @@ std::string StatsToJson(const StatsSnapshot& s) {
                 {"free_extents", s.free_extents}};
   j["batch"] = {{"registrations", s.registrations}};
   j["write_yield"] = {{"waits", s.write_yields}, {"waited_ms", s.write_yield_ns / 1000000.0}};
+  j["requests"] = nlohmann::json::object();
+  for (const auto& [name, n] : s.requests) j["requests"][name] = n;
   j["errors"] = nlohmann::json::object();
   for (auto [code, n] : s.errors) j["errors"][ErrnoName(code)] = n;
   return j.dump(2) + "\n";
@@ -176,6 +178,11 @@ std::string StatsToPrometheus(const StatsSnapshot& s) {
         s.write_yields);
   gauge("kvfs_write_yield_seconds_total", "counter",
         "Time writes waited for other callers' reads.", s.write_yield_ns / 1e9);
+  o << "# HELP kvfs_fuse_requests_total FUSE requests received, by opcode.\n"
+       "# TYPE kvfs_fuse_requests_total counter\n";
+  for (const auto& [name, n] : s.requests) {
+    o << "kvfs_fuse_requests_total{op=\"" << name << "\"} " << n << "\n";
+  }
   o << "# HELP kvfs_errors_total Failed calls by errno.\n# TYPE kvfs_errors_total counter\n";
   for (auto [code, n] : s.errors) o << "kvfs_errors_total{errno=\"" << ErrnoName(code) << "\"} " << n << "\n";
   return o.str();

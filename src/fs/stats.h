@@ -16,6 +16,8 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "common/histogram.h"
 #include "fs/file_system.h"
@@ -120,6 +122,9 @@ struct StatsSnapshot {
   // (io::ReadPriority; filled in by fuse/).
   uint64_t write_yields = 0;
   uint64_t write_yield_ns = 0;
+  // FUSE requests received, by opcode name, counted once each (filled in
+  // by fuse/: fuse/op_counters.h). Empty when nothing filled it.
+  std::vector<std::pair<std::string, uint64_t>> requests;
 };
 
 std::string StatsToJson(const StatsSnapshot& s);

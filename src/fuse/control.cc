@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "fs/stats.h"
+#include "fuse/op_counters.h"
 #include "fuse/reply.h"
 
 namespace kvfs::fuse::control {
@@ -257,6 +258,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     stats.registrations = s.registry.Live();
     stats.write_yields = s.read_priority.waits();
     stats.write_yield_ns = s.read_priority.waited_ns();
+    stats.requests = RequestCounts();
     file->content =
         n->kind == Kind::kStats ? fs::StatsToJson(stats) : fs::StatsToPrometheus(stats);
   });

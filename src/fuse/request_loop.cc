@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "fuse/op_counters.h"
 #include "kvfs/ioctl.h"
 
 namespace kvfs::fuse {
@@ -206,6 +207,9 @@ void RequestLoop::Receive() {
         spdlog::error("reading /dev/fuse: {}", std::strerror(-res));
       }
       break;
+    }
+    if (buf.size >= sizeof(fuse_in_header)) {
+      CountRequest(*static_cast<const fuse_in_header*>(buf.mem));
     }
     const bool backlog = !waited;
     waited = false;

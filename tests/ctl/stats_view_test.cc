@@ -83,6 +83,18 @@ TEST(RenderStats, ACounterThatWentBackShowsNoRate) {
   EXPECT_EQ(Row(t, "read").substr(0, want.size()), want);
 }
 
+TEST(RenderStats, ListsFuseRequestsByOpcodeWithTheirTotal) {
+  json prev = Doc(1, 1, 1), now = Doc(1, 1, 1);
+  prev["requests"] = {{"lookup", 2}, {"read", 10}};
+  now["requests"] = {{"read", 30}, {"lookup", 4}, {"batch_forget", 1}, {"write", 0}};
+  // Known opcodes first in their usual order, then others; zero counts left out.
+  EXPECT_EQ(Row(RenderStats(now, nullptr, 0, "H"), "requests"),
+            "requests  35: lookup 4, read 30, batch_forget 1");
+  EXPECT_EQ(Row(RenderStats(now, &prev, 2.0, "H"), "requests"),
+            "requests  35: lookup 4 (1.0/s), read 30 (10/s), batch_forget 1 (-/s)");
+  EXPECT_EQ(Row(RenderStats(Doc(1, 1, 1), nullptr, 0, "H"), "requests"), "requests  0");
+}
+
 TEST(RenderStats, ToleratesADocumentOfAnotherShape) {
   for (const json& j : {json::object(), json{{"ops", 3}}, json{{"lanes", {{"x", "y"}}}},
                         json{{"cache", json::array()}}}) {

@@ -215,6 +215,22 @@ std::string RenderStats(const json& now, const json* prev, double interval_s,
            HumanBytes(U(now, {"space", "free_bytes"})).c_str(),
            HumanBytes(U(now, {"space", "largest_free_bytes"})).c_str(),
            static_cast<unsigned long long>(U(now, {"space", "free_extents"})));
+  // FUSE requests by opcode (every request the kernel sent, counted once).
+  const json* requests = At(now, {"requests"});
+  std::string reqs;
+  uint64_t total = 0;
+  for (const std::string& k : Keys(requests, {"lookup", "getattr", "create", "open", "read",
+                                              "write", "flush", "release", "rename", "unlink"})) {
+    const unsigned long long n = U(*requests, {k});
+    if (n == 0) continue;
+    total += n;
+    if (!reqs.empty()) reqs += ", ";
+    reqs += Fmt("%s %llu", k.c_str(), n);
+    if (rate.on()) reqs += Fmt(" (%s/s)", Count(rate.Of(now, {"requests", k})).c_str());
+  }
+  o += Fmt("%-9s %llu", "requests", static_cast<unsigned long long>(total));
+  if (!reqs.empty()) o += ": " + reqs;
+  o += "\n";
   std::string errs;
   const json* errors = At(now, {"errors"});
   for (const std::string& k : Keys(errors, {})) {

@@ -1,0 +1,105 @@
+"""The daemon's per-opcode FUSE request counters (MOUNT/.kvfs/stats
+"requests", fuse/op_counters.h) against the requests a connector's serial
+store and load of one key cost (docs/budget.md): exactly these, no more."""
+import json
+import mmap
+import os
+import time
+
+import pytest
+
+KiB = 1 << 10
+MiB = 1 << 20
+MAX_REQUEST = 1 * MiB  # max_write and max_read of a kvfs mount
+
+
+def counts(vol):
+    # os.open/os.read: Python's open() adds an ioctl (TCGETS) and an fstat.
+    fd = os.open(vol.p(".kvfs", "stats"), os.O_RDONLY)
+    try:
+        text = b""
+        while chunk := os.read(fd, 1 << 20):
+            text += chunk
+    finally:
+        os.close(fd)
+    return json.loads(text)["requests"]
+
+
+def delta(before, after):
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
+def measured(vol, fn):
+    """The requests `fn` sent, without those of reading the stats: the
+    difference between two reads around `fn`, minus that of two reads in a
+    row (measured before and after; they must agree). A release arrives
+    after close(2) returns: the counts are read until they settle."""
+    for _ in range(5):
+        a = counts(vol)
+        b = counts(vol)
+        own = delta(a, b)
+        fn()
+        deadline = time.monotonic() + 2
+        c = counts(vol)
+        while True:
+            time.sleep(0.05)
+            d = counts(vol)
+            if delta(c, d) == own or time.monotonic() > deadline:
+                break
+            c = d
+        if delta(c, d) != own:
+            continue  # an attribute timed out between the reads: again
+        got = delta(b, c)
+        for k, v in own.items():
+            got[k] = got.get(k, 0) - v
+        return {k: v for k, v in got.items() if v}
+    pytest.fail("reading the stats did not cost the same requests twice in a row")
+
+
+@pytest.mark.parametrize("size", [256 * KiB, 4 * MiB])
+def test_serial_store_and_load_of_one_key_send_the_documented_requests(vol, size):
+    path = vol.p(f"model@8@0@{size}.data")
+    tmp = path + ".tmp"
+    buf = mmap.mmap(-1, size)
+    buf.write(os.urandom(size))
+    pieces = size // MAX_REQUEST if size > MAX_REQUEST else 1
+
+    def store():
+        with pytest.raises(FileNotFoundError):
+            os.stat(path)
+        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        assert os.write(fd, buf) == size
+        os.close(fd)
+        os.rename(tmp, path)
+
+    # stat of the missing key: lookup. open(O_CREAT): lookup of the temp
+    # name, create, and a getattr of the directory (its attributes changed).
+    # write: one per 1 MiB. close: flush, release. rename: lookup of the
+    # key, rename, getattr of the directory.
+    assert measured(vol, store) == {"lookup": 3, "create": 1, "getattr": 2, "write": pieces,
+                                    "flush": 1, "release": 1, "rename": 1}
+
+    # Page-aligned, as pinned tensors are: a read of 1 MiB per 256 pages of
+    # the buffer, so an unaligned 4 MiB buffer (1025 pages) costs a fifth.
+    got = mmap.mmap(-1, size)
+
+    def load():
+        assert os.stat(path).st_size == size
+        fd = os.open(path, os.O_RDONLY)
+        assert os.readv(fd, [got]) == size
+        os.close(fd)
+
+    # stat: getattr (the rename changed the file's ctime). open; one read per
+    # 1 MiB; close: release only (read-only handles have no flush).
+    assert measured(vol, load) == {"getattr": 1, "open": 1, "read": pieces, "release": 1}
+    assert got[:] == buf[:]
+
+
+def test_requests_show_in_prometheus_metrics(vol):
+    with open(vol.p("k"), "wb") as f:
+        f.write(b"x")
+    with open(vol.p(".kvfs", "metrics")) as f:
+        text = f.read()
+    lines = [l for l in text.splitlines() if l.startswith("kvfs_fuse_requests_total{")]
+    ops = {l.split('"')[1]: int(l.split()[-1]) for l in lines}
+    assert ops["create"] >= 1 and ops["write"] >= 1 and ops["init"] == 1
