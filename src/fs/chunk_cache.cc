@@ -30,7 +30,12 @@ void CachedChunk::Finish(bool ok) {
 }
 
 ChunkCache::ChunkCache(BuddyArena& arena) : arena_(arena), budget_(arena.region_bytes()) {}
-ChunkCache::~ChunkCache() { Clear(); }
+ChunkCache::~ChunkCache() {
+  // The arena's hook registers with what goes after the cache (the
+  // registrar): no piece is made from here on.
+  arena_.StopMaking();
+  Clear();
+}
 
 std::shared_ptr<CachedChunk> ChunkCache::Get(uint64_t owner, uint64_t chunk, uint64_t version,
                                              bool count_miss) {
@@ -58,7 +63,7 @@ void ChunkCache::EraseLocked(std::map<Key, Slot>::iterator it) {
   slots_.erase(it);
 }
 
-ArenaBlock ChunkCache::AllocateLocked(uint64_t capacity) {
+ArenaBlock ChunkCache::AllocateLocked(uint64_t capacity, bool prefetch) {
   const uint64_t need = BuddyArena::BlockBytes(capacity);
   if (need > budget_) return ArenaBlock();
   // Evict from the cold end, skipping loads in flight (readers may wait on
@@ -68,6 +73,7 @@ ArenaBlock ChunkCache::AllocateLocked(uint64_t capacity) {
   // bounded: entries that readers still hold free nothing yet, and the
   // cache must not be emptied for one chunk.
   constexpr int kMaxExtraEvictions = 16;
+  const bool spare_unread = prefetch && arena_.made_bytes() < arena_.region_bytes();
   int extra = 0;
   auto it = lru_.end();
   for (;;) {
@@ -76,10 +82,17 @@ ArenaBlock ChunkCache::AllocateLocked(uint64_t capacity) {
       if (b) return b;
       if (++extra > kMaxExtraEvictions) return ArenaBlock();
     }
-    while (it != lru_.begin() &&
-           slots_.find(*std::prev(it))->second.chunk->state() == CachedChunk::State::kLoading) {
-      --it;
-    }
+    // While the arena still makes its pieces (common/buddy_arena.h), a
+    // prefetch does not evict another prefetch nobody has read yet: in the
+    // little memory made after a mount, a burst of lookups evicted its own
+    // first keys before they were read (a first load prefetched each key
+    // twice). The arena makes a next piece when it runs out, so the room
+    // grows; once it is all made, plain LRU.
+    auto keep = [&](const CachedChunk& c) {
+      return c.state() == CachedChunk::State::kLoading ||
+             (spare_unread && c.prefetched && !c.used.load(std::memory_order_relaxed));
+    };
+    while (it != lru_.begin() && keep(*slots_.find(*std::prev(it))->second.chunk)) --it;
     if (it == lru_.begin()) return ArenaBlock();  // nothing left to evict
     EraseLocked(slots_.find(*std::prev(it)));     // erases that entry only; `it` stays valid
   }
@@ -97,7 +110,7 @@ std::shared_ptr<CachedChunk> ChunkCache::StartLoad(uint64_t owner, uint64_t chun
   if (capacity == 0 || capacity > BuddyArena::kMaxBlock) return nullptr;
   // Evicted entries that a reader still holds keep their blocks a while:
   // then there may be no room.
-  ArenaBlock block = AllocateLocked(capacity);
+  ArenaBlock block = AllocateLocked(capacity, prefetch);
   if (!block) return nullptr;
   auto c = std::make_shared<CachedChunk>();
   c->data = std::move(block);

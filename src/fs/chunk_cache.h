@@ -17,7 +17,8 @@
 // (loading or ready) never hold more than its bytes. StartLoad() evicts
 // least-recently-used ready entries until a block of the size it needs is
 // free, and refuses (returns null; the read goes around the cache) when
-// loads still in flight hold the room.
+// loads still in flight hold the room. While the arena is still making its
+// memory, a prefetch does not evict unread prefetched entries.
 //
 // Thread safety: all methods are safe from any thread. Waiter callbacks run
 // on the thread that calls Finish(), without any cache lock held.
@@ -98,9 +99,10 @@ class ChunkCache {
   };
   // REQUIRES: mu_ held.
   void EraseLocked(std::map<Key, Slot>::iterator it);
-  // A block for `capacity` bytes, evicting ready entries as needed; empty
-  // when loads in flight (or readers of evicted entries) hold the room.
-  ArenaBlock AllocateLocked(uint64_t capacity);
+  // A block for `capacity` bytes, evicting ready entries as needed (for a
+  // `prefetch`, none prefetched and not yet read); empty when loads in
+  // flight (or readers of evicted entries) hold the room.
+  ArenaBlock AllocateLocked(uint64_t capacity, bool prefetch);
 
   BuddyArena& arena_;
   const uint64_t budget_;

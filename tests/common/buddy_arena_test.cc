@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -112,39 +115,97 @@ TEST(BuddyArenaTest, ThreadsAllocatingAndFreingMixedSizesNeverShareBytes) {
   EXPECT_TRUE(arena->Allocate(kMiB));
 }
 
-TEST(BuddyArenaTest, EachPieceIsAnnouncedOnceAheadOfUseAndUseStaysPacked) {
+// Piece 1's hook waits until the test lets it go: the arena's thread is
+// then making it, and blocks of it must not be handed out.
+TEST(BuddyArenaTest, PiecesAreMadeInOrderAheadOfUseAndOnlyMadeOnesAreHandedOut) {
   const size_t piece = BuddyArena::kPieceBytes;
-  std::vector<std::pair<const char*, size_t>> seen;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<const char*, size_t>> seen;  // GUARDED_BY(mu)
+  bool let_go = false;                                // GUARDED_BY(mu)
   auto a = BuddyArena::Create(2 * piece + 3 * kMiB, [&](const char* base, size_t len) {
+    std::unique_lock<std::mutex> l(mu);
     seen.push_back({base, len});
-  });
+    cv.notify_all();
+    if (seen.size() == 2) cv.wait(l, [&] { return let_go; });
+  }, piece);
   ASSERT_TRUE(a.ok());
   BuddyArena& arena = **a;
-  // Only the first piece is announced (registered, pinned) before any use.
-  ASSERT_EQ(seen.size(), 1u);
-  EXPECT_EQ(seen[0].first, arena.region());
-  EXPECT_EQ(seen[0].second, piece);
-  // The lowest blocks first: the first half of piece 0 announces nothing.
-  std::vector<ArenaBlock> blocks;
-  for (size_t used = 0; used < piece / 2; used += kMiB) blocks.push_back(arena.Allocate(kMiB));
-  EXPECT_EQ(seen.size(), 1u);
-  blocks.push_back(arena.Allocate(kMiB));  // the first block of its second half
-  ASSERT_EQ(seen.size(), 2u);
-  EXPECT_EQ(seen[1].first, arena.region() + piece);
-  EXPECT_EQ(seen[1].second, piece);
-  for (size_t used = piece / 2 + kMiB; used < piece; used += kMiB) {
-    blocks.push_back(arena.Allocate(kMiB));
+  auto wait_seen = [&](size_t n) {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return seen.size() >= n; });
+  };
+  auto made_becomes = [&](size_t bytes) {
+    for (int i = 0; i < 10000 && arena.made_bytes() != bytes; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return arena.made_bytes() == bytes;
+  };
+  {
+    // Only the first piece (made_at_create) is made and registered by Create.
+    std::lock_guard<std::mutex> l(mu);
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].first, arena.region());
+    EXPECT_EQ(seen[0].second, piece);
   }
-  blocks.push_back(arena.Allocate(4096));  // piece 1, first half: nothing new
-  EXPECT_EQ(seen.size(), 2u);
-  for (size_t used = 0; used < piece / 2; used += kMiB) blocks.push_back(arena.Allocate(kMiB));
-  ASSERT_EQ(seen.size(), 3u);  // piece 1's second half announces piece 2
-  EXPECT_EQ(seen[2].first, arena.region() + 2 * piece);
-  EXPECT_EQ(seen[2].second, 3 * kMiB);  // the last, partial piece
+  EXPECT_EQ(arena.made_bytes(), piece);
+  // The first block of piece 0 starts the making of piece 1.
+  std::vector<ArenaBlock> blocks;
+  blocks.push_back(arena.Allocate(kMiB));
+  EXPECT_EQ(blocks.back().get(), arena.region());
+  wait_seen(2);
+  for (size_t used = kMiB; used < piece; used += kMiB) blocks.push_back(arena.Allocate(kMiB));
+  for (const ArenaBlock& b : blocks) ASSERT_TRUE(b);
+  // Piece 1 is being made: nothing more until it is.
+  EXPECT_FALSE(arena.Allocate(4096));
+  EXPECT_EQ(arena.made_bytes(), piece);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(seen[1].first, arena.region() + piece);
+    EXPECT_EQ(seen[1].second, piece);
+    let_go = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(made_becomes(2 * piece));
+  blocks.push_back(arena.Allocate(kMiB));  // piece 1 now, which starts piece 2
+  EXPECT_EQ(blocks.back().get(), arena.region() + piece);
+  wait_seen(3);
+  ASSERT_TRUE(made_becomes(2 * piece + 3 * kMiB));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(seen[2].first, arena.region() + 2 * piece);
+    EXPECT_EQ(seen[2].second, 3 * kMiB);  // the last, partial piece
+  }
   blocks.clear();
-  blocks.push_back(arena.Allocate(kMiB));  // piece 0 again: announced already
   for (int i = 0; i < 200; ++i) blocks.push_back(arena.Allocate(kMiB));
+  EXPECT_FALSE(arena.Allocate(kMiB));  // all 131 MiB handed out
+  std::lock_guard<std::mutex> l(mu);
   EXPECT_EQ(seen.size(), 3u);  // each piece once
+}
+
+TEST(BuddyArenaTest, CreateMakesTheFirstPiecesAndAtLeastOne) {
+  const size_t piece = BuddyArena::kPieceBytes;
+  for (auto [made_at_create, want] : {std::pair<size_t, size_t>{0, piece}, {3 * piece, 3 * piece},
+                                      {9 * piece, 4 * piece + kMiB}}) {
+    std::mutex mu;
+    size_t hooked = 0;
+    auto a = BuddyArena::Create(4 * piece + kMiB, [&](const char*, size_t len) {
+      std::lock_guard<std::mutex> l(mu);
+      hooked += len;
+    }, made_at_create);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ((*a)->made_bytes(), want);
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(hooked, want);
+  }
+}
+
+TEST(BuddyArenaTest, WithoutAHookEveryBlockIsUsableAtOnce) {
+  auto arena = Make(BuddyArena::kPieceBytes + 2 * kMiB);
+  EXPECT_EQ(arena->made_bytes(), BuddyArena::kPieceBytes + 2 * kMiB);
+  std::vector<ArenaBlock> blocks;
+  for (size_t i = 0; i < 66; ++i) blocks.push_back(arena->Allocate(kMiB));
+  for (const ArenaBlock& b : blocks) EXPECT_TRUE(b);
 }
 
 }  // namespace
