@@ -26,6 +26,7 @@
 #include "common/extent.h"
 #include "common/status.h"
 #include "common/sticky_error.h"
+#include "fs/inode_table.h"
 #include "index/index.h"
 
 namespace kvfs::fs {
@@ -59,6 +60,9 @@ struct Change {
   // Filled while building: extents to free once the batch is committed.
   std::vector<std::pair<std::shared_ptr<InodeState>, std::vector<Extent>>> frees;
   std::atomic<int> gates{0};
+  // Keep `inodes` and `deletes` in the inode table until the change is
+  // committed (taken by FileSystem::Impl::Enqueue).
+  std::vector<InodePin> pins;
 };
 
 class Committer {

@@ -33,6 +33,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 
 #include <cstdint>
 #include <functional>
@@ -48,6 +49,8 @@
 #include "volume/volume.h"
 
 namespace kvfs::fs {
+
+enum class Call : uint8_t;  // fs/calls.h
 
 struct Caller {
   uint32_t uid = 0;
@@ -300,6 +303,12 @@ class FileSystem {
 
  private:
   explicit FileSystem(std::unique_ptr<Impl> impl);
+  // The rules of fs/calls.h, applied to a call (file_system.cc).
+  template <typename Fn>
+  auto Run(Call c, Fn&& fn) -> decltype(fn());
+  template <typename Fn>
+  auto Run(Call c, bool changes, Fn&& fn) -> decltype(fn());
+  void Record(Call c, std::chrono::steady_clock::time_point start, int code, uint64_t bytes);
   std::unique_ptr<Impl> impl_;
 };
 

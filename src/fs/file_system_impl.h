@@ -1,14 +1,28 @@
-// FileSystem::Impl: state shared by namespace_ops.cc, file_ops.cc and
-// file_system.cc. Internal to fs/.
+// FileSystem::Impl: the state the parts of fs/ share, and the methods each
+// file implements. Internal to fs/.
+//
+// Where things are:
+//   file_system.cc     the facade: the EROFS gate and metrics for every
+//                      call (fs/calls.h), construction and shutdown
+//   inode_table.*      live inodes, lookup/open counts, InodePin
+//   handle_table.h     open file and directory handles
+//   path.h             name and path syntax (one errno table)
+//   namespace_ops.cc   lookup, attributes, mkdir/rmdir, unlink, rename,
+//                      directory listings
+//   changes.cc         building index changes, the committer's callbacks,
+//                      freeing replaced extents after readers
+//   file_ops.cc        create/open/flush/release/fsync/fallocate, read(2)
+//   write_behind.cc    staging, chunk submission, chunk written, truncate
+//   read_path.cc       planning and running reads (read(2) and ReadFile)
+//   cache_loads.cc     loading files into the RAM cache (prefetch, hints)
+//   prefetcher.*       the prefetch thread and its queues; readahead.h
+//   whole_file_ops.cc  the batch ioctl's path calls
+//   whole_file_write.cc  WriteFile
 #pragma once
 
 #include <fcntl.h>
 
-#include <array>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <thread>
 #include <deque>
 #include <functional>
 #include <map>
@@ -22,38 +36,24 @@
 #include <unordered_map>
 #include <vector>
 
-#include "fs/cache_registrar.h"
-#include "fs/chunk_cache.h"
 #include "common/format.h"
 #include "common/large_buffer.h"
-#include "common/rw_lock.h"
+#include "fs/cache_registrar.h"
+#include "fs/chunk_cache.h"
 #include "fs/committer.h"
 #include "fs/entry_cache.h"
 #include "fs/file_system.h"
+#include "fs/handle_table.h"
 #include "fs/inode_state.h"
+#include "fs/inode_table.h"
+#include "fs/namespace_lock.h"
+#include "fs/path.h"
+#include "fs/prefetcher.h"
 #include "fs/read_verify.h"
 #include "fs/stats.h"
 #include "io/scheduler.h"
 
 namespace kvfs::fs {
-
-using InodeRef = std::shared_ptr<InodeState>;
-
-struct Handle {
-  InodeRef inode;
-  int flags = 0;
-  bool writable() const { return (flags & O_ACCMODE) != O_RDONLY; }
-};
-
-struct DirHandle {
-  uint64_t ino = 0;
-  struct Item {
-    std::string name;
-    uint64_t ino;
-    uint32_t mode;
-  };
-  std::vector<Item> items;  // snapshot taken at OpenDir
-};
 
 // An entry changed by a queued change that is not committed yet.
 struct PendingEntry {
@@ -61,23 +61,15 @@ struct PendingEntry {
   int pending = 0;     // queued changes that set it
 };
 
-// ENAMETOOLONG past kMaxNameLen; EINVAL for "", or a name with '/' or NUL.
-inline Status CheckName(std::string_view name) {
-  if (name.size() > kMaxNameLen) {
-    return Status::Error(ENAMETOOLONG, "name of " + std::to_string(name.size()) + " bytes");
-  }
-  if (name.empty() || name.find('/') != std::string_view::npos ||
-      name.find('\0') != std::string_view::npos) {
-    return Status::Error(EINVAL, "invalid name");
-  }
-  return Status::OK();
-}
-
 // Drops the one name of `v` (== *ref; a regular file or an empty directory)
-// inside change `c`: an orphan if it is open (opens, read under table_mu),
-// deleted otherwise (rename-over,
-// unlink and WriteFile's replace). REQUIRES: ns_mu_ held (namespace_ops.cc).
-void DropLink(InodeState& v, const InodeRef& ref, Change& c, std::mutex& table_mu, int64_t now);
+// inside change `c`: an orphan if it is open, deleted otherwise (rename-over,
+// unlink and WriteFile's replace). REQUIRES: ns_mu_ held exclusively.
+void DropLink(InodeState& v, const InodeRef& ref, Change& c, const InodeTable& table, int64_t now);
+
+// Appends the extents `alloc` (written, with checksums `crcs`) to chunk
+// `ci`'s installed extents, laid out from the chunk's start.
+void InstallExtents(ChunkState& cs, uint64_t ci, const std::vector<Extent>& alloc,
+                    const std::vector<uint32_t>& crcs);
 
 class FileSystem::Impl {
  public:
@@ -89,7 +81,6 @@ class FileSystem::Impl {
   Status Shutdown();
   Status FlushAll();
   FsStats StatFs();
-  Status PrefetchIno(uint64_t ino);
   Result<uint64_t> ResolvePath(std::string_view path);
   Status DropCache();
   StatsSnapshot Stats();
@@ -98,15 +89,19 @@ class FileSystem::Impl {
   static io::SchedulerOptions LaneOptions(const volume::Volume& volume,
                                           const FileSystemOptions& options);
   static int64_t NowNs();
+  // OK, or EROFS once the index failed a write (Index::failure) or a
+  // device flush before a commit failed (Committer::failure): every change
+  // after that would be lost, so none is accepted. The facade asks it for
+  // every call that changes something (fs/calls.h).
+  Status Writable() const;
 
   // --- namespace_ops.cc
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
-  Result<Attr> LookupInner(uint64_t parent, std::string_view name);
   // The attributes of a looked-up (or getattr'd) inode; queues a prefetch
   // of a regular file that has a name when prefetch=lookup, with
   // `only_idle` only if it is not open and has no uncommitted writes.
   Attr AttrAndPrefetch(const InodeRef& inode, bool only_idle);
-  void Forget(uint64_t ino, uint64_t nlookup);
+  void Forget(uint64_t ino, uint64_t nlookup) { table_.Forget(ino, nlookup); }
   Result<Attr> GetAttr(uint64_t ino);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
   Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
@@ -118,7 +113,7 @@ class FileSystem::Impl {
   Result<uint64_t> OpenDir(uint64_t ino);
   Status ReadDir(uint64_t dh, uint64_t off,
                  const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn);
-  void ReleaseDir(uint64_t dh);
+  void ReleaseDir(uint64_t dh) { handles_.ReleaseDir(dh); }
 
   // --- read_path.cc: the data read path of Read() and ReadFile().
   struct ReadPlan {
@@ -151,11 +146,11 @@ class FileSystem::Impl {
   // REQUIRES: inode->mu held; off + len <= the file's size.
   void PlanRead(const InodeRef& i, uint64_t off, uint64_t len, char* dst, uint64_t room,
                 ReadPlan* plan);
-  // Runs a plan with work (the caller has pinned `i` once for
-  // FinishDeviceRead, and submits plan.loads itself when it does not call
-  // this). done(status) runs once, on an engine thread if anything went to
-  // the device, after every byte is in dst.
-  void ExecuteRead(const InodeRef& i, ReadPlan plan, char* dst, CancelFlag cancel,
+  // Runs a plan with work; `pin` keeps `i` until FinishDeviceRead (the
+  // caller submits plan.loads itself when it does not call this).
+  // done(status) runs once, on an engine thread if anything went to the
+  // device, after every byte is in dst.
+  void ExecuteRead(InodePin pin, ReadPlan plan, char* dst, CancelFlag cancel,
                    std::function<void(Status)> done);
 
   // --- file_ops.cc
@@ -163,13 +158,17 @@ class FileSystem::Impl {
                          const Caller& caller);
   Result<uint64_t> Open(uint64_t ino, int flags);
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel);
-  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
-  bool WriteMayWait(uint64_t fh, uint64_t off, size_t len);
-  Result<size_t> WriteInner(uint64_t fh, uint64_t off, std::span<const char> data);
   Status Flush(uint64_t fh);
+  // Never takes ns_mu_ (it runs on the request receiver): an unlinked
+  // file's delete is queued by whichever of the last close and the
+  // unlink's queuing comes second (SettleOrphans).
   void Release(uint64_t fh);
   void Fsync(uint64_t fh, std::function<void(Status)> done);
   Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len);
+
+  // --- write_behind.cc
+  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
+  bool WriteMayWait(uint64_t fh, uint64_t off, size_t len);
 
   // --- whole_file_ops.cc: the batch ioctl's calls (contracts in file_system.h)
   Result<Attr> LookupPath(uint64_t dir, std::string_view path, const Caller& caller);
@@ -179,82 +178,101 @@ class FileSystem::Impl {
   void ReadFile(uint64_t dir, std::string_view path, uint64_t off, std::span<char> dest,
                 const Caller& caller, std::function<void(Result<size_t>)> done,
                 int attempts = 3);
-  void WriteFile(uint64_t dir, std::string_view path, std::span<const char> data,
-                 const Caller& caller, std::function<void(Status)> done);
   Status DeleteFile(uint64_t dir, std::string_view path, const Caller& caller);
   Result<uint64_t> PrefetchFile(uint64_t dir, std::string_view path, const Caller& caller);
+  // --- whole_file_write.cc
+  void WriteFile(uint64_t dir, std::string_view path, std::span<const char> data,
+                 const Caller& caller, std::function<void(Status)> done);
+
+  // --- cache_loads.cc
+  Status PrefetchIno(uint64_t ino);
+
+  // --- whole_file_write.cc: one WriteFile call in flight.
+  struct WriteState;
+  // Frees extents in the allocator now; logs a double free.
+  void FreeNow(const std::vector<Extent>& extents);
 
  private:
   friend class FileSystem;
+  // Every write of `ws` completed: the new inode takes the name (checked
+  // again), or the space goes back. Runs ws->done.
+  void FinishWriteFile(const std::shared_ptr<WriteState>& ws);
 
-  // Inode table. Returns the live state, loading it from the index.
-  Result<InodeRef> GetInode(uint64_t ino);
-  // REQUIRES: ns_mu_ held. A new regular file (returned open once, as
-  // create(2) does) or directory (`mode` has the type) named `name` in
-  // `parent`, with one kernel lookup; its change is queued. EEXIST, ENOTDIR,
-  // ENOENT for a removed parent.
+  // --- namespace_ops.cc
+  // REQUIRES: ns_mu_ held exclusively. A new regular file (returned open
+  // once, as create(2) does) or directory (`mode` has the type) named
+  // `name` in `parent`, with one kernel lookup; its change is queued.
+  // EEXIST, ENOTDIR, ENOENT for a removed parent.
   Result<InodeRef> AddChild(uint64_t parent, std::string_view name, uint32_t mode,
                             const Caller& caller);
+  // A record for a new inode (number allocated; the caller's uid and gid;
+  // link count 2 for a directory, else 1; times `now`).
+  index::Inode NewRecord(uint32_t mode, const Caller& caller, int64_t now);
   // REQUIRES: ns_mu_ held. The child of (parent, name), overlay first.
   Result<uint64_t> ResolveEntry(uint64_t parent, std::string_view name);
-  // Drops the table's reference when nothing pins the inode any more.
-  void MaybeEvict(const InodeRef& inode);  // REQUIRES: table_mu_ held
-  // GetInode() plus one pin (pending_changes) taken while the table still
-  // holds that very state, so it cannot be evicted under the caller (and a
-  // later GetInode() cannot load a stale copy). Unpin() gives it back.
-  Result<InodeRef> GetPinned(uint64_t ino) { return GetCounted(ino, &InodeState::pending_changes); }
-  // GetInode() plus one on `*count` (a pin or the kernel's lookup count),
-  // taken under table_mu_ on the state the table holds (reloaded if it was
-  // evicted meanwhile).
-  template <typename T>
-  Result<InodeRef> GetCounted(uint64_t ino, T InodeState::*count);
-  void Unpin(const InodeRef& inode);
   // whole_file_ops.cc: resolves `path` under `dir` for `caller` (search
-  // permission on every directory walked). With `want_parent`, stops before
-  // the last component: *parent is the directory that holds it and *leaf
-  // its name; otherwise *parent is the inode `path` names. Returns it pinned.
+  // permission on every directory walked; syntax by SplitPath, fs/path.h).
+  // With `want_parent`, stops before the last component: the directory
+  // that holds it, and *leaf its name; otherwise the inode `path` names.
   // REQUIRES: ns_mu_ held.
-  Status WalkPath(uint64_t dir, std::string_view path, const Caller& caller, bool want_parent,
-                  InodeRef* parent, std::string_view* leaf);
-  // Keeps an inode prefetched by the batch in the table (its cache entries
-  // are keyed by the InodeState), for the newest kRetainedPrefetches.
-  // `list` is retained_prefetches_ (batch PREFETCH, the newest
-  // `max`) or retained_readahead_ (readahead guesses: their own, smaller
-  // list, so that a long load loop does not push out what a client asked
-  // for). REQUIRES: table_mu_ not held.
-  void RetainPrefetched(const InodeRef& inode, std::deque<InodeRef>* list, size_t max);
-  void RetainPrefetched(const InodeRef& inode) {
-    RetainPrefetched(inode, &retained_prefetches_, kRetainedPrefetches);
-  }
-  static constexpr size_t kRetainedPrefetches = 4096;
+  Result<InodePin> WalkPath(uint64_t dir, std::string_view path, const Caller& caller,
+                            bool want_parent, std::string_view* leaf);
+  // What rename(2) over `leaf` in `p` checks: write and search permission
+  // on the directory, the sticky rule, and no directory in the way. Yields
+  // the file being replaced, or null. REQUIRES: ns_mu_ held.
+  Result<InodeRef> CheckReplace(const InodeRef& p, std::string_view leaf, const Caller& who);
 
-  // Changes. REQUIRES for Queue*: ns_mu_ held when entry ops are involved,
-  // so the overlay and the queue agree on order.
-  std::shared_ptr<Change> NewChange();
-  // OK, or EROFS once the index failed a write (Index::failure) or a
-  // device flush before a commit failed (Committer::failure): every change
-  // after that would be lost, so none is accepted.
-  Status Writable() const;
+  // --- changes.cc. REQUIRES for Enqueue: ns_mu_ held when entry ops are
+  // involved, so the overlay and the queue agree on order.
+  std::shared_ptr<Change> NewChange() { return std::make_shared<Change>(); }
+  // Queues `c`, pinning its inodes until it is committed. Then settles the
+  // files it orphans (SettleOrphans).
   void Enqueue(const std::shared_ptr<Change>& c);
+  // A change that captures `inode`'s live record.
+  void EnqueueRecord(const InodeRef& inode);
   void SetPendingEntry(uint64_t parent, std::string_view name, uint64_t child);  // REQUIRES: ns_mu_
   // Queues a change that captures `inode`'s data once every write in flight
   // now has completed. REQUIRES: inode->mu held.
   std::shared_ptr<Change> QueueDataChange(const InodeRef& inode, bool sync);
+  // If `inode` has staged data, writes in flight or a data change to
+  // capture: submits and queues that change (flush, rename, close).
+  // REQUIRES: lock holds inode->mu; it is released when a change is queued.
+  void WriteOutAndQueue(const InodeRef& inode, std::unique_lock<std::mutex>& lock);
+  // The files `c` made orphans (unlinked while open): once `c` is queued,
+  // a file whose last handle closed meanwhile is deleted now (Release left
+  // it: its delete must queue after `c`). REQUIRES: ns_mu_ held.
+  void SettleOrphans(Change& c);
+  // The last handle and the last name are gone: queues the record's delete.
+  // REQUIRES: lock holds inode->mu (released); inode->orphan_queued.
+  void DeleteOrphan(const InodeRef& inode, std::unique_lock<std::mutex>& lock);
   // Committer callbacks.
   void BuildChange(Change& c, index::WriteBatch& batch);
   void ChangeCommitted(Change& c, Status st);
   Status FlushDevices();
+  void FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents);
+  // A device read of the inode finished: frees what waited for it, and
+  // gives back the pin that kept it.
+  void FinishDeviceRead(InodePin pin);
 
-  // Data path helpers, REQUIRES: inode->mu held unless said otherwise.
+  // --- write_behind.cc. REQUIRES: inode->mu held unless said otherwise.
   Status StageChunk(const InodeRef& inode, std::unique_lock<std::mutex>& lock, uint64_t ci,
                     uint64_t write_lo, uint64_t write_hi);
   void SubmitChunk(const InodeRef& inode, uint64_t ci);
   void SubmitAllStaged(const InodeRef& inode);
-  void OnChunkWritten(const InodeRef& inode, uint64_t ci, std::shared_ptr<ChunkBuf> cb,
-                      Status st);
+  // The writes of a submitted chunk version completed (with the first
+  // error): installs it if still current; `pin` is the submission's.
+  void OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr<ChunkBuf> cb, Status st);
   Status TruncateData(const InodeRef& inode, uint64_t new_size);
-  void FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents);
-  void FinishDeviceRead(const InodeRef& inode);  // a device read finished (takes mu)
+  // Pool buffer for staging; pushes staged chunks out while none is free.
+  // REQUIRES: no inode->mu held.
+  device::PoolBuffer AcquireBuffer();
+  // Runs `reserve` (a space allocation); when it fails with ENOSPC, waits
+  // for the queued commits (unlinks free space as they land) and runs it
+  // once more. `lock`, if given, is released for the wait (the caller
+  // re-checks what it guards). Returns what the last run returned.
+  Status WithSpace(const std::function<Status()>& reserve, std::unique_lock<std::mutex>* lock);
+
+  // --- cache_loads.cc
   // The cache entry holding all of [off, off + len) of one chunk, loaded or
   // loading, or null (other chunks, staged data, a hole, verify=on).
   // REQUIRES: inode->mu held.
@@ -280,40 +298,25 @@ class FileSystem::Impl {
                     std::vector<std::shared_ptr<CachedChunk>>* entries = nullptr);
   // Promotes the loads of `entries` that a reader waits for, and clears it.
   void PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>>* entries);
-  // Lookup-driven prefetch runs on prefetch_thread_, so that a stat storm's
-  // replies do not wait for cache allocation and I/O submission. Queues at
-  // most kMaxQueuedPrefetches inodes (speculative work: more are dropped).
-  void QueuePrefetch(InodeRef inode);
-  void PrefetchLoop();
-  // Whether a producer that just queued work must signal the thread (once
-  // until the thread next finds its queues empty). REQUIRES: prefetch_mu_.
-  bool NeedsWakeLocked();
-  // Inode-order readahead. Connectors load a request's keys in the order
-  // they stored them, one key at a time, and files stored one after another
-  // get consecutive inode numbers. So when files are opened for reading in
-  // ascending inode order (small gaps allowed: directories made between
-  // keys), the next kReadaheadFiles inodes are queued for prefetch: the
-  // device works kReadaheadFiles keys ahead of a serial load loop. Up to
-  // kReadaheadStreams such loops (batches in flight) are followed at once.
-  void NoteReadOpen(uint64_t ino);
+  // The prefetcher's work (prefetch thread): the looked-up inodes still in
+  // the table, then the readahead guesses that are files with a name.
+  void PrefetchQueued(const std::vector<InodeRef>& looked_up, const std::vector<uint64_t>& guesses);
+  // Keeps an inode prefetched by the batch in the table (its cache entries
+  // are keyed by the InodeState), for the newest `max` of `list`:
+  // retained_prefetches_ (batch PREFETCH) or retained_readahead_
+  // (readahead guesses: their own, smaller list, so that a long load loop
+  // does not push out what a client asked for).
+  void RetainPrefetched(const InodeRef& inode, std::deque<InodePin>* list, size_t max);
+  static constexpr size_t kRetainedPrefetches = 4096;
+  // Readahead guesses kept in the table at most.
+  static constexpr size_t kRetainedReadahead =
+      2 * ReadaheadDetector::kStreams * ReadaheadDetector::kFiles;
+
   // ~200,000 entries of 120-byte names: a connector's working set of keys
   // and the directories they sit in.
   static constexpr size_t kEntryCacheBytes = 48ull << 20;
   // Staging slots WriteMayWait leaves for writers racing the checked write.
   static constexpr size_t kWriteSlotMargin = 4;
-  static constexpr uint64_t kReadaheadFiles = 8;
-  static constexpr uint64_t kReadaheadMaxGap = 4;
-  static constexpr size_t kReadaheadStreams = 16;
-  // Readahead guesses kept in the table at most (RetainPrefetched).
-  static constexpr size_t kRetainedReadahead = 2 * kReadaheadStreams * kReadaheadFiles;
-  static constexpr size_t kMaxQueuedPrefetches = 4096;
-  static constexpr std::chrono::microseconds kPrefetchGather{200};
-  // Frees extents in the allocator now; logs a double free.
-  void FreeNow(const std::vector<Extent>& extents);
-  // Pool buffer for staging; pushes staged chunks out while none is free.
-  device::PoolBuffer AcquireBuffer();
-  // Last name and last handle gone: the record goes away with this change.
-  void MarkDeletedIfUnused(const InodeRef& inode, Change& c);  // REQUIRES: mu
 
   volume::Volume& volume_;
   // Every device request of the filesystem goes through the lanes.
@@ -322,12 +325,22 @@ class FileSystem::Impl {
   const FileSystemOptions options_;
   // verify=on: checks extents read from the device (fs/read_verify.h).
   ReadVerifier verifier_{options_.verify_reads};
+  FsMetrics metrics_;
+  // The cache's memory; destroyed after the cache and its entries, and
+  // after the registrar has unregistered it.
+  std::unique_ptr<BuddyArena> cache_arena_;
+  std::unique_ptr<CacheRegistrar> cache_registrar_;
+  std::unique_ptr<ChunkCache> cache_;
 
+  // Lock order: ns_mu_, then an InodeState's mu, then the table's,
+  // handles', staged_mu_, retained_mu_ and the committer's.
+  //
   // Namespace lock: serializes namespace changes and the overlay. Lookups
   // that change nothing it guards take it shared, so index reads of a
   // batch's STAT entries (and of FUSE lookups) run in parallel; a waiting
-  // change goes before new lookups (common/rw_lock.h).
-  RwLock ns_mu_;
+  // change goes before new lookups, and a batch's run of lookups lets it
+  // in between names (fs/namespace_lock.h).
+  NamespaceLock ns_mu_;
   // (parent, name) keys, comparable with a (parent, string_view) so that a
   // lookup builds no string (lookups far outnumber pending changes).
   struct EntryKeyLess {
@@ -343,45 +356,23 @@ class FileSystem::Impl {
   // with SetPendingEntry under ns_mu_ held exclusively.
   EntryCache entry_cache_{kEntryCacheBytes};
 
-  std::mutex table_mu_;
-  std::unordered_map<uint64_t, InodeRef> inodes_;  // GUARDED_BY(table_mu_)
-
-  std::mutex handles_mu_;
-  std::unordered_map<uint64_t, Handle> handles_;                         // GUARDED_BY(handles_mu_)
-  std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> dir_handles_;  // GUARDED_BY(handles_mu_)
-  std::atomic<uint64_t> next_fh_{1};
+  // Declared before everything that holds pins (the committer's queued
+  // changes, retained prefetches): destroyed after them.
+  InodeTable table_;
+  HandleTable handles_;
 
   // All InodeStates with staged chunks, for pushing out under pressure.
   std::mutex staged_mu_;
   std::unordered_map<uint64_t, std::weak_ptr<InodeState>> staged_inodes_;  // GUARDED_BY(staged_mu_)
 
-  // Inodes pinned by RetainPrefetched(), oldest first. GUARDED_BY(table_mu_)
-  std::deque<InodeRef> retained_prefetches_;
-  std::deque<InodeRef> retained_readahead_;  // GUARDED_BY(table_mu_)
+  // Inodes pinned by RetainPrefetched(), oldest first.
+  std::mutex retained_mu_;
+  std::deque<InodePin> retained_prefetches_;  // GUARDED_BY(retained_mu_)
+  std::deque<InodePin> retained_readahead_;   // GUARDED_BY(retained_mu_)
 
-  std::atomic<uint64_t> next_token_{1};
-  FsMetrics metrics_;
-  // The cache's memory; destroyed after the cache and its entries, and
-  // after the registrar has unregistered it.
-  std::unique_ptr<BuddyArena> cache_arena_;
-  std::unique_ptr<CacheRegistrar> cache_registrar_;
-  std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<Committer> committer_;
-
-  std::mutex prefetch_mu_;
-  std::condition_variable prefetch_cv_;
-  std::vector<InodeRef> prefetch_queue_;  // GUARDED_BY(prefetch_mu_)
-  std::vector<uint64_t> prefetch_inos_;   // GUARDED_BY(prefetch_mu_): readahead
-  struct ReadaheadStream {
-    uint64_t last_ino = 0;  // last inode this stream opened
-    uint64_t next_ino = 0;  // first inode not queued yet
-    uint64_t used = 0;      // NoteReadOpen count when last matched (LRU)
-  };
-  std::array<ReadaheadStream, kReadaheadStreams> readahead_{};  // GUARDED_BY(prefetch_mu_)
-  uint64_t readahead_clock_ = 0;                                 // GUARDED_BY(prefetch_mu_)
-  bool prefetch_stop_ = false;            // GUARDED_BY(prefetch_mu_)
-  bool prefetch_wake_sent_ = false;       // GUARDED_BY(prefetch_mu_): signalled, queues not yet found empty
-  std::thread prefetch_thread_;           // runs PrefetchLoop()
+  // Last: stopped first (its work uses everything above).
+  std::unique_ptr<Prefetcher> prefetcher_;
   bool shut_down_ = false;
 };
 

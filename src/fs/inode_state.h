@@ -12,6 +12,8 @@
 // AlignUp(content, 4 KiB)); a chunk never shares an extent with another.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -75,7 +77,7 @@ struct InodeState {
   bool is_reg() const { return (rec.mode & S_IFMT) == S_IFREG; }
 
   // Lock order: FileSystem::Impl::ns_mu_ before mu; mu before the
-  // committer's lock. Never held while waiting for I/O, except the
+  // inode table's and the committer's locks. Never held while waiting for I/O, except the
   // read-modify-write of a partly overwritten chunk (rare).
   std::mutex mu;
 
@@ -105,14 +107,18 @@ struct InodeState {
   bool data_change_queued = false;                      // GUARDED_BY(mu)
   bool deleted = false;  // no name and no handle: record goes away; GUARDED_BY(mu)
   bool orphan = false;   // no name, still open; GUARDED_BY(mu)
+  // The change that made it an orphan is queued: its delete may follow
+  // (FileSystem::Impl::SettleOrphans). GUARDED_BY(mu)
+  bool orphan_queued = false;
   // The change deleting the record has been built (committer thread, queue
   // order): a change built later must not put the record back. GUARDED_BY(mu)
   bool delete_built = false;
 
-  // GUARDED_BY(FileSystem::Impl::table_mu_)
-  uint64_t lookups = 0;
-  int opens = 0;
-  int pending_changes = 0;
+  // Counts that keep it in the InodeTable (fs/inode_table.h), changed
+  // only by the table. GUARDED_BY(InodeTable::mu_)
+  uint64_t lookups = 0;  // the kernel's
+  int opens = 0;         // open handles
+  int pins = 0;          // InodePins
 };
 
 }  // namespace kvfs::fs

@@ -13,12 +13,6 @@
 
 namespace kvfs::fs {
 
-namespace {
-
-bool IsDotName(std::string_view name) { return name == "." || name == ".."; }
-
-}  // namespace
-
 Result<uint64_t> FileSystem::Impl::ResolveEntry(uint64_t parent, std::string_view name) {
   auto it = pending_entries_.find(std::pair<uint64_t, std::string_view>(parent, name));
   if (it != pending_entries_.end()) {
@@ -42,16 +36,11 @@ Result<uint64_t> FileSystem::Impl::ResolveEntry(uint64_t parent, std::string_vie
 }
 
 Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
-  // ENOENT is the answer for a missing name, not an error.
-  return Measured(metrics_, Op::kLookup, [&] { return LookupInner(parent, name); }, ENOENT);
-}
-
-Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
   InodeRef child;
   {
-    std::shared_lock<RwLock> ns(ns_mu_);  // changes nothing ns_mu_ guards
-    KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+    std::shared_lock<NamespaceLock> ns(ns_mu_);  // changes nothing ns_mu_ guards
+    KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
     if (!p->is_dir()) return Status::Error(ENOTDIR, "lookup");
     uint64_t ino;
     if (name == ".") {
@@ -64,7 +53,7 @@ Result<Attr> FileSystem::Impl::LookupInner(uint64_t parent, std::string_view nam
     }
     // The kernel's lookup count goes on the state the table holds (other
     // walkers and the prefetch thread unpin and evict concurrently).
-    KVFS_ASSIGN_OR_RETURN(child, GetCounted(ino, &InodeState::lookups));
+    KVFS_ASSIGN_OR_RETURN(child, table_.GetLookedUp(ino));
   }
   return AttrAndPrefetch(child, /*only_idle=*/false);
 }
@@ -77,31 +66,20 @@ Attr FileSystem::Impl::AttrAndPrefetch(const InodeRef& inode, bool only_idle) {
     a = ToAttr(inode->rec);
     prefetch = prefetch && inode->is_reg() && !inode->deleted && !inode->orphan;
     if (prefetch && only_idle) {
-      prefetch = inode->inflight_writes == 0 && !inode->data_change_queued;
-      std::lock_guard<std::mutex> t(table_mu_);  // under mu: see DropLink
-      prefetch = prefetch && inode->opens == 0;
+      prefetch = inode->inflight_writes == 0 && !inode->data_change_queued &&
+                 table_.opens(*inode) == 0;  // under mu: see DropLink
     }
   }
   // Connectors check which keys exist before they load them: start reading.
   // Queued after the attributes are read: the prefetch thread holds the
   // inode's mutex while it sets up the reads (cache memory included), and
   // lookups run on the thread that receives every request.
-  if (prefetch) QueuePrefetch(inode);
+  if (prefetch) prefetcher_->Queue(inode);
   return a;
 }
 
-void FileSystem::Impl::Forget(uint64_t ino, uint64_t nlookup) {
-  std::lock_guard<std::mutex> t(table_mu_);
-  auto it = inodes_.find(ino);
-  if (it == inodes_.end()) return;
-  InodeRef i = it->second;
-  i->lookups = nlookup >= i->lookups ? 0 : i->lookups - nlookup;
-  if (ino == kRootIno) i->lookups = std::max<uint64_t>(i->lookups, 1);
-  MaybeEvict(i);
-}
-
 Result<Attr> FileSystem::Impl::GetAttr(uint64_t ino) {
-  KVFS_ASSIGN_OR_RETURN(InodeRef i, GetInode(ino));
+  KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   // A stat of a name the kernel still has cached comes as a getattr, not a
   // lookup: the connector's exists() check before a load all the same
   // (without this, a load of keys stored by the same process waited for
@@ -114,7 +92,7 @@ Result<Attr> FileSystem::Impl::GetAttr(uint64_t ino) {
 }
 
 Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
-  KVFS_ASSIGN_OR_RETURN(InodeRef i, GetInode(ino));
+  KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   std::unique_lock<std::mutex> l(i->mu);
   if (i->deleted) return Status::Error(ENOENT, "setattr");
   const int64_t now = NowNs();
@@ -134,10 +112,8 @@ Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) 
   else if (req.mtime_ns) i->rec.mtime_ns = *req.mtime_ns;
   i->rec.ctime_ns = now;
   Attr a = ToAttr(i->rec);
-  auto c = NewChange();
-  c->inodes.push_back(i);
   l.unlock();
-  Enqueue(c);
+  EnqueueRecord(i);
   return a;
 }
 
@@ -145,32 +121,36 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
                                      const Caller& caller) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   if (IsDotName(name)) return Status::Error(EEXIST, "mkdir");
-  std::lock_guard<RwLock> ns(ns_mu_);
+  std::lock_guard<NamespaceLock> ns(ns_mu_);
   KVFS_ASSIGN_OR_RETURN(InodeRef dir, AddChild(parent, name, S_IFDIR | (mode & 07777), caller));
   std::lock_guard<std::mutex> l(dir->mu);
   return ToAttr(dir->rec);
 }
 
+index::Inode FileSystem::Impl::NewRecord(uint32_t mode, const Caller& caller, int64_t now) {
+  index::Inode rec;
+  rec.ino = volume_.index().AllocateIno();
+  rec.mode = mode;
+  rec.uid = caller.uid;
+  rec.gid = caller.gid;
+  rec.nlink = (mode & S_IFMT) == S_IFDIR ? 2 : 1;
+  rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
+  rec.generation = 1;
+  return rec;
+}
+
 Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view name,
                                             uint32_t mode, const Caller& caller) {
-  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+  KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "create in a non-directory");
   auto existing = ResolveEntry(parent, name);
   if (existing.ok()) return Status::Error(EEXIST, "name exists");
   if (existing.status().code() != ENOENT) return existing.status();
   const bool is_dir = (mode & S_IFMT) == S_IFDIR;
   const int64_t now = NowNs();
-  index::Inode rec;
-  rec.ino = volume_.index().AllocateIno();
-  rec.mode = mode;
-  rec.uid = caller.uid;
-  rec.gid = caller.gid;
-  rec.nlink = is_dir ? 2 : 1;
-  rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
-  rec.generation = 1;
+  index::Inode rec = NewRecord(mode, caller, now);
   if (is_dir) rec.parent = parent;
-  auto child = std::make_shared<InodeState>(rec, next_token_++);
-  child->durable_nlink = rec.nlink;
+  InodeRef child = table_.Make(rec);
   {
     std::lock_guard<std::mutex> l(p->mu);
     if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
@@ -178,12 +158,7 @@ Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view na
     if (is_dir) p->rec.nlink++;  // the child's ".."
     p->rec.mtime_ns = p->rec.ctime_ns = now;
   }
-  {
-    std::lock_guard<std::mutex> t(table_mu_);
-    child->lookups = 1;
-    if (!is_dir) child->opens = 1;  // create(2) returns it open
-    inodes_.emplace(rec.ino, child);
-  }
+  table_.Insert(child, /*lookups=*/1, /*opens=*/is_dir ? 0 : 1);  // create(2) returns it open
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), rec.ino});
   c->inodes = {child, p};
@@ -197,11 +172,11 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
   if (name == ".") return Status::Error(EINVAL, "rmdir .");
   if (name == "..") return Status::Error(ENOTEMPTY, "rmdir ..");
   KVFS_RETURN_IF_ERROR(CheckName(name));
-  std::lock_guard<RwLock> ns(ns_mu_);
-  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "rmdir");
   KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
-  KVFS_ASSIGN_OR_RETURN(InodeRef d, GetInode(ino));
+  KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
   const int64_t now = NowNs();
   {
     std::lock_guard<std::mutex> l(d->mu);
@@ -226,23 +201,18 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
   return Status::OK();
 }
 
-// Drops one name of `victim` (a regular file or an empty directory) inside a
-// change: orphan if still open, deleted otherwise. REQUIRES: ns_mu_ held.
-void DropLink(InodeState& v, const InodeRef& ref, Change& c, std::mutex& table_mu, int64_t now) {
+void DropLink(InodeState& v, const InodeRef& ref, Change& c, const InodeTable& table, int64_t now) {
   std::lock_guard<std::mutex> l(v.mu);
   // Decided under v.mu, where Open() checks `deleted` and counts itself: an
   // open racing this either counts first (the file becomes an orphan) or
   // sees it deleted (ESTALE), never a handle on a file whose data is freed.
-  bool open;
-  {
-    std::lock_guard<std::mutex> t(table_mu);
-    open = v.opens > 0 && !v.is_dir();
-  }
+  const bool open = !v.is_dir() && table.opens(v) > 0;
   c.deltas.push_back({ref, 0, -static_cast<int32_t>(v.rec.nlink)});
   v.rec.nlink = 0;
   v.rec.ctime_ns = now;
   if (open) {
     v.orphan = true;
+    v.orphan_queued = false;  // until Enqueue(c) settles it
     c.inodes.push_back(ref);
     c.orphan_puts.push_back(v.rec.ino);
   } else {
@@ -252,21 +222,21 @@ void DropLink(InodeState& v, const InodeRef& ref, Change& c, std::mutex& table_m
 }
 
 Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name) {
-  std::lock_guard<RwLock> ns(ns_mu_);
+  std::lock_guard<NamespaceLock> ns(ns_mu_);
   return UnlinkLocked(parent, name);
 }
 
 Status FileSystem::Impl::UnlinkLocked(uint64_t parent, std::string_view name) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
-  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
+  KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "unlink");
   KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
-  KVFS_ASSIGN_OR_RETURN(InodeRef v, GetInode(ino));
+  KVFS_ASSIGN_OR_RETURN(InodeRef v, table_.Get(ino));
   if (v->is_dir()) return Status::Error(EISDIR, "unlink");
   const int64_t now = NowNs();
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), 0});
-  DropLink(*v, v, *c, table_mu_, now);
+  DropLink(*v, v, *c, table_, now);
   {
     std::lock_guard<std::mutex> l(p->mu);
     p->rec.size--;
@@ -287,18 +257,18 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   KVFS_RETURN_IF_ERROR(CheckName(name));
   KVFS_RETURN_IF_ERROR(CheckName(new_name));
   if (IsDotName(name) || IsDotName(new_name)) return Status::Error(EINVAL, "rename . or ..");
-  std::lock_guard<RwLock> ns(ns_mu_);
-  KVFS_ASSIGN_OR_RETURN(InodeRef p, GetInode(parent));
-  KVFS_ASSIGN_OR_RETURN(InodeRef np, GetInode(new_parent));
+  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
+  KVFS_ASSIGN_OR_RETURN(InodeRef np, table_.Get(new_parent));
   if (!p->is_dir() || !np->is_dir()) return Status::Error(ENOTDIR, "rename");
   KVFS_ASSIGN_OR_RETURN(uint64_t src, ResolveEntry(parent, name));
-  KVFS_ASSIGN_OR_RETURN(InodeRef x, GetInode(src));
+  KVFS_ASSIGN_OR_RETURN(InodeRef x, table_.Get(src));
   InodeRef y;
   auto dst = ResolveEntry(new_parent, new_name);
   if (dst.ok()) {
     if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, "rename");
     if (*dst == src) return Status::OK();  // same file: nothing to do
-    KVFS_ASSIGN_OR_RETURN(y, GetInode(*dst));
+    KVFS_ASSIGN_OR_RETURN(y, table_.Get(*dst));
     if (x->is_dir() && !y->is_dir()) return Status::Error(ENOTDIR, "rename");
     if (!x->is_dir() && y->is_dir()) return Status::Error(EISDIR, "rename");
     if (y->is_dir()) {
@@ -313,7 +283,7 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
     uint64_t a = new_parent;
     while (a != kRootIno && a != 0) {
       if (a == src) return Status::Error(EINVAL, "rename: directory into its own subtree");
-      KVFS_ASSIGN_OR_RETURN(InodeRef ai, GetInode(a));
+      KVFS_ASSIGN_OR_RETURN(InodeRef ai, table_.Get(a));
       std::lock_guard<std::mutex> l(ai->mu);
       a = ai->rec.parent;
     }
@@ -323,17 +293,12 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   // The new name must not become visible before the data written so far.
   if (x->is_reg()) {
     std::unique_lock<std::mutex> l(x->mu);
-    SubmitAllStaged(x);
-    if (x->inflight_writes > 0 || x->data_change_queued) {
-      auto dc = QueueDataChange(x, false);
-      l.unlock();
-      Enqueue(dc);
-    }
+    WriteOutAndQueue(x, l);
   }
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), 0});
   c->entry_ops.push_back({new_parent, std::string(new_name), src});
-  if (y) DropLink(*y, y, *c, table_mu_, now);
+  if (y) DropLink(*y, y, *c, table_, now);
   {
     std::lock_guard<std::mutex> l(x->mu);
     x->rec.ctime_ns = now;
@@ -368,8 +333,8 @@ Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
   auto dh = std::make_unique<DirHandle>();
   dh->ino = ino;
   {
-    std::lock_guard<RwLock> ns(ns_mu_);
-    KVFS_ASSIGN_OR_RETURN(InodeRef d, GetInode(ino));
+    std::shared_lock<NamespaceLock> ns(ns_mu_);  // reads only
+    KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
     uint64_t parent;
     {
       std::lock_guard<std::mutex> l(d->mu);
@@ -395,32 +360,19 @@ Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
     std::sort(dh->items.begin() + 2, dh->items.end(),
               [](const DirHandle::Item& a, const DirHandle::Item& b) { return a.name < b.name; });
   }
-  uint64_t fh = next_fh_++;
-  std::lock_guard<std::mutex> l(handles_mu_);
-  dir_handles_.emplace(fh, std::move(dh));
-  return fh;
+  return handles_.AddDir(std::move(dh));
 }
 
 Status FileSystem::Impl::ReadDir(
     uint64_t dh, uint64_t off,
     const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn) {
-  DirHandle* d;
-  {
-    std::lock_guard<std::mutex> l(handles_mu_);
-    auto it = dir_handles_.find(dh);
-    if (it == dir_handles_.end()) return Status::Error(EBADF, "readdir");
-    d = it->second.get();  // stays valid: only ReleaseDir removes it
-  }
+  const DirHandle* d = handles_.GetDir(dh);
+  if (d == nullptr) return Status::Error(EBADF, "readdir");
   for (uint64_t i = off; i < d->items.size(); ++i) {
     const auto& item = d->items[i];
     if (!fn(item.name, item.ino, item.mode, i + 1)) break;
   }
   return Status::OK();
-}
-
-void FileSystem::Impl::ReleaseDir(uint64_t dh) {
-  std::lock_guard<std::mutex> l(handles_mu_);
-  dir_handles_.erase(dh);
 }
 
 }  // namespace kvfs::fs

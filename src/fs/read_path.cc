@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/format.h"
+#include "fs/countdown.h"
 #include "fs/file_system_impl.h"
 
 namespace kvfs::fs {
@@ -52,12 +53,9 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
       cached = StartChunkLoad(i, ci, cs, false);
       if (cached) {
         i->reads_inflight++;
-        {
-          std::lock_guard<std::mutex> t(table_mu_);
-          i->pending_changes++;  // pinned until the load completes
-        }
+        SharedPin pin = Share(table_.Pin(i));  // until the load completes
         AddVerifiedChunkLoad(verifier_, i->rec.ino, cstart, cs.extents, cached,
-                             [this, i] { FinishDeviceRead(i); }, &plan->loads);
+                             [this, pin] { FinishDeviceRead(std::move(*pin)); }, &plan->loads);
       }
     }
     if (cached) {
@@ -123,42 +121,34 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
   }
 }
 
-void FileSystem::Impl::ExecuteRead(const InodeRef& i, ReadPlan plan, char* dst, CancelFlag cancel,
+void FileSystem::Impl::ExecuteRead(InodePin pin, ReadPlan plan, char* dst, CancelFlag cancel,
                                    std::function<void(Status)> done) {
   // Loads started are always submitted: readers may be waiting for them.
   if (!plan.loads.empty()) sched_->Submit(io::Lane::kRead, plan.loads);
   struct ReadState {
-    InodeRef inode;
+    InodePin pin;
     char* dst;
     std::vector<ReadPlan::Piece> pieces;
     std::vector<LargeBuffer> bounce;
-    std::atomic<size_t> left;
+    Countdown parts;
     std::atomic<uint64_t> zero_copy{0};
-    std::mutex mu;
-    Status first;  // GUARDED_BY(mu)
     std::function<void(Status)> done;
   };
   auto rs = std::make_shared<ReadState>();
-  rs->inode = i;
+  const uint64_t ino = pin->ino;
+  rs->pin = std::move(pin);
   rs->dst = dst;
   rs->pieces = std::move(plan.pieces);
   rs->bounce.resize(rs->pieces.size());
-  // No count of its own for the setup: the last completion is then a device
+  // No part of its own for the setup: the last completion is then a device
   // read's (engine thread) whenever there is one, never the caller's thread.
-  rs->left = rs->pieces.size() + plan.waits.size();
+  rs->parts.Reset(rs->pieces.size() + plan.waits.size());
   rs->done = std::move(done);
-  auto note = [rs](Status st) {
-    std::lock_guard<std::mutex> l(rs->mu);
-    if (rs->first.ok()) rs->first = std::move(st);
-  };
+  auto note = [rs](Status st) { rs->parts.Note(st); };
   auto finish_one = [this, rs] {
-    if (rs->left.fetch_sub(1) != 1) return;
-    FinishDeviceRead(rs->inode);
-    Status fin;
-    {
-      std::lock_guard<std::mutex> l(rs->mu);
-      fin = rs->first;
-    }
+    if (!rs->parts.Finish(Status::OK())) return;
+    FinishDeviceRead(std::move(rs->pin));
+    Status fin = rs->parts.first();
     if (fin.ok()) metrics_.ZeroCopy(rs->zero_copy.load());
     rs->done(fin);
   };
@@ -188,10 +178,10 @@ void FileSystem::Impl::ExecuteRead(const InodeRef& i, ReadPlan plan, char* dst, 
     r.byte_off = p.dev_off;
     r.buf = target;
     r.len = target ? p.dev_len : 0;
-    r.done = [this, rs, k, note, finish_one](Status st) {
+    r.done = [this, rs, k, ino, note, finish_one](Status st) {
       const ReadPlan::Piece& piece = rs->pieces[k];
       const char* got = piece.direct ? piece.direct : rs->bounce[k].get();
-      if (st.ok() && got && piece.verify) st = verifier_.Check(rs->inode->rec.ino, *piece.verify, got);
+      if (st.ok() && got && piece.verify) st = verifier_.Check(ino, *piece.verify, got);
       if (st.ok() && got) {
         if (piece.direct) {
           rs->zero_copy.fetch_add(piece.len, std::memory_order_relaxed);

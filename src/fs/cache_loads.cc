@@ -1,0 +1,222 @@
+// Loading file data into the RAM cache: whole-file prefetch (open, lookup,
+// hints, readahead guesses), the cache entry that answers a read whole, and
+// waiting for a load. The thread and queues that drive speculative loads
+// are fs/prefetcher.h; which files a load loop opens next, fs/readahead.h.
+#include <algorithm>
+#include <cstring>
+
+#include "common/format.h"
+#include "fs/chunk_cache.h"
+#include "fs/countdown.h"
+#include "fs/file_system_impl.h"
+
+namespace kvfs::fs {
+
+void FileSystem::Impl::WhenLoaded(const std::shared_ptr<CachedChunk>& c,
+                                  std::function<void(bool ok)> fn) {
+  // Its requests carry the entry as their group (Prefetch).
+  if (c->WaitIfLoading(fn)) {  // a copy: `fn` runs here if it is not loading
+    sched_->Promote(c.get());
+  } else {
+    fn(c->state() == CachedChunk::State::kReady);
+  }
+}
+
+std::shared_ptr<CachedChunk> FileSystem::Impl::CachedWhole(const InodeRef& i, uint64_t off,
+                                                           uint64_t len) {
+  const uint64_t ci = off / kChunkBytes;
+  if ((off + len - 1) / kChunkBytes != ci || verifier_.enabled()) return nullptr;
+  auto it = i->chunks.find(ci);
+  if (it == i->chunks.end()) return nullptr;
+  const ChunkState& cs = it->second;
+  if (cs.staged || cs.inflight || cs.failed || cs.extents.empty()) return nullptr;
+  // A miss is counted by the PlanRead that follows.
+  std::shared_ptr<CachedChunk> c = cache_->Get(i->token, ci, cs.installed_seq, false);
+  if (!c || c->state() == CachedChunk::State::kFailed) return nullptr;
+  if (off + len > ci * kChunkBytes + c->capacity) return nullptr;  // ends in a hole
+  return c;
+}
+
+
+std::shared_ptr<CachedChunk> FileSystem::Impl::StartChunkLoad(const InodeRef& i, uint64_t ci,
+                                                              const ChunkState& cs, bool prefetch) {
+  const uint64_t cstart = ci * kChunkBytes;
+  // The chunk's bytes each extent holds, in order; the entry ends where the
+  // last one does.
+  std::vector<std::pair<uint64_t, uint64_t>> covered;
+  uint64_t capacity = 0;
+  for (const auto& fe : cs.extents) {
+    covered.push_back({fe.file_off - cstart, fe.file_off - cstart + fe.ext.len});
+    capacity = std::max(capacity, covered.back().second);
+  }
+  auto entry = cache_->StartLoad(i->token, ci, cs.installed_seq, capacity, prefetch);
+  if (!entry) return nullptr;
+  // Cache memory is reused, not fresh: what no extent covers (a hole) must
+  // read as zeros.
+  std::sort(covered.begin(), covered.end());
+  uint64_t pos = 0;
+  for (const auto& [a, b] : covered) {
+    if (a > pos) std::memset(entry->data.get() + pos, 0, a - pos);
+    pos = std::max(pos, b);
+  }
+  return entry;
+}
+
+void FileSystem::Impl::PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>>* entries) {
+  // A reader registers its wait and then promotes; this runs after the
+  // submission: one of the two finds the other's work done.
+  for (const auto& e : *entries) {
+    if (e->has_waiters()) sched_->Promote(e.get());
+  }
+  entries->clear();
+}
+
+uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch,
+                                    std::vector<std::shared_ptr<CachedChunk>>* entries) {
+  if (!inode->is_reg() || inode->deleted) return 0;
+  if (inode->rec.size > options_.prefetch_file_max_bytes) return 0;
+  // One chunk's load: its extents' reads, then the entry is finished and
+  // the pin that kept the inode given back.
+  struct Load {
+    Countdown reads;
+    std::shared_ptr<CachedChunk> entry;
+    InodePin pin;
+  };
+  uint64_t bytes = 0;
+  std::vector<device::IoRequest> reqs;
+  for (auto& [ci, cs] : inode->chunks) {
+    if (cs.staged || cs.inflight || cs.extents.empty()) continue;
+    if (cache_->unused_prefetch_bytes() >= options_.prefetch_budget_bytes) break;
+    const uint64_t cstart = ci * kChunkBytes;
+    auto entry = StartChunkLoad(inode, ci, cs, true);
+    if (!entry) continue;  // cached already, or no room
+    bytes += entry->capacity;
+    if (entries != nullptr) entries->push_back(entry);
+    auto load = std::make_shared<Load>();
+    load->reads.Reset(cs.extents.size());
+    load->entry = entry;
+    load->pin = table_.Pin(inode);  // until the load completes
+    inode->reads_inflight++;
+    const auto start = std::chrono::steady_clock::now();
+    for (const auto& fe : cs.extents) {
+      device::IoRequest r;
+      r.op = device::IoOp::kRead;
+      r.device = fe.ext.device;
+      r.byte_off = fe.ext.byte_off;
+      r.buf = entry->data.get() + (fe.file_off - cstart);
+      r.len = fe.ext.len;
+      r.group = entry.get();  // a reader that waits for it promotes it
+      r.done = [this, load, fe, buf = r.buf, start](Status st) {
+        if (st.ok() && verifier_.enabled()) {
+          st = verifier_.Check(load->pin->ino, fe, static_cast<const char*>(buf));
+        }
+        if (!load->reads.Finish(st)) return;
+        const bool ok = load->reads.first().ok();
+        metrics_.Record(Op::kPrefetch, ElapsedNs(start), load->entry->capacity);
+        if (!ok) metrics_.Error(EIO);
+        load->entry->Finish(ok);
+        FinishDeviceRead(std::move(load->pin));
+      };
+      reqs.push_back(std::move(r));
+    }
+  }
+  if (reqs.empty()) return bytes;
+  if (batch != nullptr) {
+    for (device::IoRequest& r : reqs) batch->push_back(std::move(r));
+  } else {
+    sched_->Submit(io::Lane::kPrefetch, reqs);
+  }
+  return bytes;
+}
+
+void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
+                                      const std::vector<uint64_t>& guesses) {
+  std::vector<device::IoRequest> reqs;
+  std::vector<std::shared_ptr<CachedChunk>> entries;
+  for (const InodeRef& inode : looked_up) {
+    // Evicted since it was queued (the kernel forgot it): its cache
+    // entries would belong to nobody. Pinned while its reads are set up
+    // (they pin it themselves until they end).
+    InodePin pin = table_.PinIfCurrent(inode);
+    if (!pin) continue;
+    std::lock_guard<std::mutex> l(inode->mu);
+    Prefetch(inode, &reqs, &entries);
+  }
+  if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
+  reqs.clear();
+  PromoteWaitedFor(&entries);
+  // Readahead guesses: an inode that is gone, a directory, a file being
+  // deleted or an unlinked one still open is skipped; the prefetched ones
+  // stay in the table so that their cache entries survive until the loop
+  // opens them. Each file's reads are submitted at once: a reader may
+  // already wait for them.
+  for (uint64_t ino : guesses) {
+    Result<InodePin> i = [&] {
+      // Shared ns_mu_: no unlink can commit between this index read and
+      // the table insert, which would leave a stale copy in the table.
+      std::shared_lock<NamespaceLock> ns(ns_mu_);
+      return table_.GetPinned(ino);  // pinned: not evicted before it is retained
+    }();
+    if (!i.ok()) continue;
+    const InodeRef& inode = i->ref();
+    uint64_t started = 0;
+    {
+      std::lock_guard<std::mutex> l(inode->mu);
+      if (!inode->orphan) started = Prefetch(inode, &reqs, &entries);
+    }
+    if (started > 0) {
+      RetainPrefetched(inode, &retained_readahead_, kRetainedReadahead);
+      sched_->Submit(io::Lane::kPrefetch, reqs);
+      reqs.clear();
+      PromoteWaitedFor(&entries);
+    }
+    // The pin goes here: evicts a guess loaded only for this and not retained.
+  }
+}
+
+void FileSystem::Impl::RetainPrefetched(const InodeRef& inode, std::deque<InodePin>* list,
+                                        size_t max) {
+  // The batch holds no kernel lookup on the file: without a pin the inode
+  // would leave the table when its loads finish, and its cache entries
+  // (keyed by the InodeState) with it.
+  InodePin pin = table_.Pin(inode);
+  InodePin oldest;  // released outside retained_mu_
+  std::lock_guard<std::mutex> l(retained_mu_);
+  list->push_back(std::move(pin));
+  if (list->size() > max) {
+    oldest = std::move(list->front());
+    list->pop_front();
+  }
+}
+
+Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
+  KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
+  if (!i->is_dir()) {
+    std::lock_guard<std::mutex> l(i->mu);
+    Prefetch(i);
+    return Status::OK();
+  }
+  // A directory: each file in it, in name order, until the budget is used.
+  std::vector<uint64_t> children;
+  {
+    std::shared_lock<NamespaceLock> ns(ns_mu_);  // reads only
+    KVFS_RETURN_IF_ERROR(volume_.index().ListEntries(ino, "", [&](std::string_view, uint64_t c) {
+      children.push_back(c);
+      return true;
+    }));
+    auto lo = pending_entries_.lower_bound(std::make_pair(ino, std::string()));
+    for (auto it = lo; it != pending_entries_.end() && it->first.first == ino; ++it) {
+      if (it->second.child) children.push_back(it->second.child);
+    }
+  }
+  for (uint64_t c : children) {
+    if (cache_->unused_prefetch_bytes() >= options_.prefetch_budget_bytes) break;
+    auto child = table_.Get(c);
+    if (!child.ok()) continue;
+    std::lock_guard<std::mutex> l((*child)->mu);
+    if ((*child)->is_reg()) Prefetch(*child);
+  }
+  return Status::OK();
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,226 @@
+// Building index changes: queuing them in order, capturing live records
+// into the committer's batches, and what happens once a batch is committed
+// (replaced extents freed after the reads that may still use them).
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "common/format.h"
+#include "fs/file_system_impl.h"
+
+namespace kvfs::fs {
+
+Status FileSystem::Impl::FlushDevices() {
+  for (uint32_t d = 0; d < sched_->device_count(); ++d) {
+    KVFS_RETURN_IF_ERROR(sched_->FlushSync(io::Lane::kMeta, d));
+  }
+  return Status::OK();
+}
+
+Status FileSystem::Impl::Writable() const {
+  Status failure = volume_.index().failure();
+  if (failure.ok()) failure = committer_->failure();
+  if (failure.ok()) return Status::OK();
+  return Status::Error(EROFS, "a commit failed (" + failure.ToString() +
+                                  "); no more changes until kvfs is remounted");
+}
+
+void FileSystem::Impl::Enqueue(const std::shared_ptr<Change>& c) {
+  c->pins.reserve(c->inodes.size() + c->deletes.size());
+  for (auto& i : c->inodes) c->pins.push_back(table_.Pin(i));
+  for (auto& i : c->deletes) c->pins.push_back(table_.Pin(i));
+  committer_->Enqueue(c);
+  if (!c->orphan_puts.empty()) SettleOrphans(*c);
+}
+
+void FileSystem::Impl::EnqueueRecord(const InodeRef& inode) {
+  auto c = NewChange();
+  c->inodes.push_back(inode);
+  Enqueue(c);
+}
+
+void FileSystem::Impl::SettleOrphans(Change& c) {
+  for (const InodeRef& i : c.inodes) {
+    if (std::find(c.orphan_puts.begin(), c.orphan_puts.end(), i->ino) == c.orphan_puts.end()) {
+      continue;
+    }
+    std::unique_lock<std::mutex> l(i->mu);
+    i->orphan_queued = true;
+    // Its last handle closed between DropLink and now: Release left the
+    // delete to this, so that it queues after the change above.
+    if (i->orphan && !i->deleted && table_.opens(*i) == 0) DeleteOrphan(i, l);
+  }
+}
+
+void FileSystem::Impl::DeleteOrphan(const InodeRef& inode, std::unique_lock<std::mutex>& lock) {
+  inode->orphan = false;
+  inode->deleted = true;
+  auto c = NewChange();
+  c->deletes.push_back(inode);
+  c->orphan_deletes.push_back(inode->ino);
+  lock.unlock();
+  Enqueue(c);
+}
+
+void FileSystem::Impl::SetPendingEntry(uint64_t parent, std::string_view name, uint64_t child) {
+  PendingEntry& e = pending_entries_[{parent, std::string(name)}];
+  e.child = child;
+  e.pending++;
+  entry_cache_.Put(parent, name, child);
+}
+
+std::shared_ptr<Change> FileSystem::Impl::QueueDataChange(const InodeRef& inode, bool sync) {
+  auto c = NewChange();
+  c->inodes.push_back(inode);
+  c->sync = sync;
+  if (inode->inflight_writes > 0) {
+    c->gates = 1;
+    inode->gated.push_back(c);
+  }
+  return c;  // the caller adds waiters, then Enqueue()s
+}
+
+void FileSystem::Impl::WriteOutAndQueue(const InodeRef& inode, std::unique_lock<std::mutex>& lock) {
+  SubmitAllStaged(inode);
+  if (inode->inflight_writes > 0 || inode->data_change_queued) {
+    auto c = QueueDataChange(inode, false);
+    lock.unlock();
+    Enqueue(c);
+  }
+}
+
+// Captures the live record of `inode` for the index. The size is held back
+// to the start of the first chunk past the last captured size whose new data
+// is not written yet, so a crash never shows a grown file with a hole where
+// unwritten data should be. REQUIRES: inode->mu held.
+static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
+  index::Inode r = x.rec;
+  r.extents.clear();
+  r.nlink = x.durable_nlink;
+  if (x.is_dir()) r.size = x.durable_size;
+  if (x.is_reg()) {
+    uint64_t size = x.rec.size;
+    const uint64_t durable = x.durable_size;
+    for (const auto& [ci, cs] : x.chunks) {
+      if ((cs.staged || cs.inflight || cs.failed) && (ci + 1) * kChunkBytes > durable) {
+        size = std::min(size, std::max(durable, ci * kChunkBytes));
+        break;
+      }
+    }
+    const uint64_t limit = AlignUp(size, kBlockSize);
+    for (const auto& [ci, cs] : x.chunks) {
+      for (const index::FileExtent& fe : cs.extents) {
+        if (fe.file_off + fe.ext.len <= limit) r.extents.push_back(fe);
+      }
+    }
+    r.size = size;
+    x.durable_size = size;
+  }
+  frees->insert(frees->end(), x.free_pending.begin(), x.free_pending.end());
+  x.free_pending.clear();
+  x.data_change_queued = false;
+  return r;
+}
+
+void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
+  for (const Change::Delta& d : c.deltas) {
+    std::lock_guard<std::mutex> l(d.inode->mu);
+    d.inode->durable_size = static_cast<uint64_t>(static_cast<int64_t>(d.inode->durable_size) + d.size);
+    d.inode->durable_nlink = static_cast<uint32_t>(static_cast<int32_t>(d.inode->durable_nlink) + d.nlink);
+  }
+  for (const EntryOp& op : c.entry_ops) {
+    if (op.child) {
+      batch.PutEntry(op.parent, op.name, op.child);
+    } else {
+      batch.DeleteEntry(op.parent, op.name);
+    }
+  }
+  for (auto& inode : c.inodes) {
+    std::vector<Extent> frees;
+    index::Inode rec;
+    {
+      std::lock_guard<std::mutex> l(inode->mu);
+      // A data change enqueued by a write completion can land behind the
+      // unlink that deleted the file; putting the record then would
+      // resurrect it, nameless (found by fsck.kvfs as an unreachable inode).
+      if (inode->delete_built) continue;
+      rec = CaptureRecord(*inode, &frees);
+    }
+    batch.PutInode(rec);
+    if (!frees.empty()) c.frees.emplace_back(inode, std::move(frees));
+  }
+  for (auto& inode : c.deletes) {
+    std::vector<Extent> frees;
+    {
+      std::lock_guard<std::mutex> l(inode->mu);
+      inode->delete_built = true;
+      for (auto& [ci, cs] : inode->chunks) {
+        for (const auto& fe : cs.extents) frees.push_back(fe.ext);
+        cs.extents.clear();
+      }
+      frees.insert(frees.end(), inode->free_pending.begin(), inode->free_pending.end());
+      inode->free_pending.clear();
+    }
+    batch.DeleteInode(inode->rec.ino);
+    cache_->EraseOwner(inode->token);
+    if (!frees.empty()) c.frees.emplace_back(inode, std::move(frees));
+  }
+  for (uint64_t ino : c.orphan_puts) batch.PutOrphan(ino);
+  for (uint64_t ino : c.orphan_deletes) batch.DeleteOrphan(ino);
+}
+
+void FileSystem::Impl::ChangeCommitted(Change& c, Status st) {
+  if (st.ok()) {
+    for (auto& [inode, extents] : c.frees) FreeAfterReads(inode, std::move(extents));
+  } else if (!c.frees.empty()) {
+    // The index may still name them: leaking space is safe, freeing is not.
+    spdlog::error("commit failed; {} extent list(s) stay allocated until remount",
+                  c.frees.size());
+  }
+  c.frees.clear();
+  if (!c.entry_ops.empty()) {
+    std::lock_guard<NamespaceLock> l(ns_mu_);
+    for (const EntryOp& op : c.entry_ops) {
+      auto it = pending_entries_.find(std::make_pair(op.parent, op.name));
+      if (it != pending_entries_.end() && --it->second.pending == 0) pending_entries_.erase(it);
+      // A change the index did not take: names resolve as the index has
+      // them, as they would after a remount.
+      if (!st.ok()) entry_cache_.Erase(op.parent, op.name);
+    }
+  }
+  c.pins.clear();  // the inodes may leave the table now
+  c.inodes.clear();
+  c.deletes.clear();
+  c.deltas.clear();
+}
+
+void FileSystem::Impl::FreeNow(const std::vector<Extent>& extents) {
+  if (extents.empty()) return;
+  Status st = volume_.Free(extents);
+  if (!st.ok()) spdlog::error("freeing space: {} (this is a kvfs bug)", st.ToString());
+}
+
+void FileSystem::Impl::FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents) {
+  {
+    std::lock_guard<std::mutex> l(inode->mu);
+    if (inode->reads_inflight > 0) {
+      inode->free_after_reads.insert(inode->free_after_reads.end(), extents.begin(),
+                                     extents.end());
+      return;
+    }
+  }
+  FreeNow(extents);
+}
+
+void FileSystem::Impl::FinishDeviceRead(InodePin pin) {
+  std::vector<Extent> frees;
+  {
+    std::lock_guard<std::mutex> l(pin->mu);
+    if (--pin->reads_inflight == 0) frees.swap(pin->free_after_reads);
+  }
+  FreeNow(frees);
+  // `pin` goes here: the inode may leave the table.
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,158 @@
+#include "fs/inode_table.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/format.h"
+
+namespace kvfs::fs {
+
+InodeTable::InodeTable(LoadFn load, EvictFn on_evict)
+    : load_(std::move(load)), on_evict_(std::move(on_evict)) {}
+
+InodeTable::~InodeTable() {
+  std::lock_guard<std::mutex> l(mu_);
+  inodes_.clear();
+}
+
+InodeRef InodeTable::Make(index::Inode rec) {
+  auto state = std::make_shared<InodeState>(std::move(rec), next_token_++);
+  state->durable_nlink = state->rec.nlink;
+  return state;
+}
+
+Result<InodeRef> InodeTable::Load(uint64_t ino) {
+  // Not in memory, so nothing about it is pending: the index is current.
+  KVFS_ASSIGN_OR_RETURN(index::Inode rec, load_(ino));
+  std::vector<index::FileExtent> extents = std::move(rec.extents);
+  rec.extents.clear();
+  InodeRef state = Make(std::move(rec));
+  state->durable_size = state->rec.size;  // the record is the index's
+  for (const index::FileExtent& fe : extents) {
+    uint64_t ci = fe.file_off / kChunkBytes;
+    if (fe.file_off + fe.ext.len > (ci + 1) * kChunkBytes) {
+      return Status::Error(EUCLEAN, "inode " + std::to_string(ino) + ": extent at file offset " +
+                                        std::to_string(fe.file_off) +
+                                        " crosses a chunk boundary (run fsck.kvfs)");
+    }
+    state->chunks[ci].extents.push_back(fe);
+  }
+  return state;
+}
+
+Result<InodeRef> InodeTable::Get(uint64_t ino) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = inodes_.find(ino);
+    if (it != inodes_.end()) return it->second;
+  }
+  KVFS_ASSIGN_OR_RETURN(InodeRef state, Load(ino));
+  std::lock_guard<std::mutex> l(mu_);
+  auto [it, inserted] = inodes_.emplace(ino, state);
+  return it->second;  // another thread may have loaded it first: use theirs
+}
+
+Result<InodePin> InodeTable::GetPinned(uint64_t ino) {
+  for (;;) {
+    KVFS_ASSIGN_OR_RETURN(InodeRef i, Get(ino));
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end() || it->second != i) continue;  // evicted meanwhile: reload
+    i->pins++;
+    return InodePin(this, std::move(i));
+  }
+}
+
+Result<InodeRef> InodeTable::GetLookedUp(uint64_t ino) {
+  for (;;) {
+    KVFS_ASSIGN_OR_RETURN(InodeRef i, Get(ino));
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end() || it->second != i) continue;
+    i->lookups++;
+    return i;
+  }
+}
+
+InodePin InodeTable::Pin(const InodeRef& inode) {
+  std::lock_guard<std::mutex> l(mu_);
+  inode->pins++;
+  return InodePin(this, inode);
+}
+
+InodePin InodeTable::PinIfCurrent(const InodeRef& inode) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = inodes_.find(inode->ino);
+  if (it == inodes_.end() || it->second != inode) return InodePin();
+  inode->pins++;
+  return InodePin(this, inode);
+}
+
+void InodeTable::Unpin(const InodeRef& inode) {
+  std::lock_guard<std::mutex> l(mu_);
+  inode->pins--;
+  MaybeEvictLocked(inode);
+}
+
+void InodeTable::Forget(uint64_t ino, uint64_t n) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  InodeRef i = it->second;
+  i->lookups = n >= i->lookups ? 0 : i->lookups - n;
+  if (ino == kRootIno) i->lookups = std::max<uint64_t>(i->lookups, 1);
+  MaybeEvictLocked(i);
+}
+
+void InodeTable::AddOpen(InodeState& inode) {
+  std::lock_guard<std::mutex> l(mu_);
+  inode.opens++;
+}
+
+bool InodeTable::DropOpen(InodeState& inode) {
+  std::lock_guard<std::mutex> l(mu_);
+  return --inode.opens == 0;
+}
+
+int InodeTable::opens(const InodeState& inode) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return inode.opens;
+}
+
+void InodeTable::Insert(const InodeRef& inode, uint64_t lookups, int opens) {
+  std::lock_guard<std::mutex> l(mu_);
+  inode->lookups = lookups;
+  inode->opens = opens;
+  inodes_.emplace(inode->ino, inode);
+}
+
+void InodeTable::EvictIfUnused(const InodeRef& inode) {
+  std::lock_guard<std::mutex> l(mu_);
+  MaybeEvictLocked(inode);
+}
+
+void InodeTable::MaybeEvictLocked(const InodeRef& inode) {
+  if (inode->lookups != 0 || inode->opens != 0 || inode->pins != 0 || inode->ino == kRootIno) {
+    return;
+  }
+  auto it = inodes_.find(inode->ino);
+  if (it != inodes_.end() && it->second == inode) {
+    inodes_.erase(it);
+    on_evict_(*inode);
+  }
+}
+
+std::vector<InodeRef> InodeTable::All() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<InodeRef> all;
+  all.reserve(inodes_.size());
+  for (const auto& [ino, i] : inodes_) all.push_back(i);
+  return all;
+}
+
+size_t InodeTable::size() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return inodes_.size();
+}
+
+}  // namespace kvfs::fs

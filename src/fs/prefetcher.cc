@@ -1,0 +1,99 @@
+#include "fs/prefetcher.h"
+
+namespace kvfs::fs {
+
+Prefetcher::Prefetcher(WorkFn work) : work_(std::move(work)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Prefetcher::~Prefetcher() { Stop(); }
+
+void Prefetcher::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Prefetcher::Queue(InodeRef inode) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (queue_.size() >= kMaxQueued) return;
+    queue_.push_back(std::move(inode));
+    if (!NeedsWakeLocked()) return;
+  }
+  cv_.notify_one();
+}
+
+bool Prefetcher::NeedsWakeLocked() {
+  if (wake_sent_) return false;  // the thread will take this work too
+  wake_sent_ = true;
+  return true;
+}
+
+void Prefetcher::NoteReadOpen(uint64_t ino) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const ReadaheadDetector::Range r = readahead_.NoteOpen(ino, guesses_.size() < kMaxQueued);
+    if (r.empty()) return;
+    for (uint64_t i = r.first; i < r.end; ++i) guesses_.push_back(i);
+    if (!NeedsWakeLocked()) return;
+  }
+  cv_.notify_one();
+}
+
+void Prefetcher::Clear() {
+  std::lock_guard<std::mutex> l(mu_);
+  queue_.clear();
+  guesses_.clear();
+  readahead_.Clear();
+}
+
+void Prefetcher::Loop() {
+  std::vector<InodeRef> batch;
+  std::vector<uint64_t> inos;
+  bool gather_first = false;  // the last pass took only what woke the thread
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      // Lets producers queue for kGather; false: stop.
+      auto gather = [&] {
+        l.unlock();
+        std::this_thread::sleep_for(kGather);
+        l.lock();
+        return !stop_;
+      };
+      // A storm's next lookups, if they come, are gathered before the
+      // thread would sleep again and need a wake-up per lookup.
+      if (gather_first && !gather()) return;
+      bool woken = false;  // the queues were empty: a producer woke this thread
+      cv_.wait(l, [this, &woken] {
+        if (queue_.empty() && guesses_.empty()) {
+          // Nothing to take (Clear may have emptied the queues after a
+          // producer signalled): the next producer must signal again.
+          wake_sent_ = false;
+          woken = true;
+          return stop_;
+        }
+        return true;
+      });
+      if (stop_) return;
+      // What woke the thread goes to the device at once (gathering it too
+      // left the device idle ~0.5 ms per 32-key request, 8% of a 256 KiB
+      // one); what queued meanwhile is gathered (with two CPUs, a wake-up
+      // per lookup took a CPU from the lookups). Producers do not signal
+      // while the thread is awake.
+      if (!woken && !gather_first && !gather()) return;
+      gather_first = woken;
+      batch.swap(queue_);
+      inos.swap(guesses_);
+    }
+    work_(batch, inos);
+    batch.clear();  // drops the references outside mu_
+    inos.clear();
+  }
+}
+
+}  // namespace kvfs::fs
