@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "fs/batch.h"
+#include "fuse/batch_decode.h"
 #include "fuse/buffer_registry.h"
 #include "fuse/ops.h"
 #include "fuse/reply.h"
@@ -68,8 +69,6 @@ int RemoteCopy(pid_t pid, char* local, uint64_t remote, uint64_t len, bool to_ca
 }
 
 // `off`..`off+len` inside a region of `size` bytes (overflow-safe).
-bool Inside(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
-
 // The caller's process: every registration is looked up by it.
 Result<pid_t> CallerTgid(fuse_req_t req) { return TgidOf(fuse_req_ctx(req)->pid); }
 
@@ -185,10 +184,7 @@ void ReadNames(BatchCall* call, std::vector<fs::BatchItem>& items) {
     for (size_t i = 0; i < items.size(); ++i) {
       if (items[i].error != 0) continue;
       const kvfs_batch_entry& e = call->entries[i];
-      if (!Inside(e.name_off, e.name_len, call->table->size())) {
-        items[i].error = EFAULT;
-        continue;
-      }
+      if ((items[i].error = CheckNameInTable(e, call->table->size())) != 0) continue;
       items[i].path.assign(call->table->data() + e.name_off, e.name_len);
     }
     return;
@@ -258,39 +254,18 @@ void DecodeEntry(BatchCall* call, SessionState& s, const std::shared_ptr<const f
   BufferRegistry& registry = s.registry;
   const kvfs_batch_entry& e = call->entries[i];
   if (it.error != 0) return;
-  if (it.path.find('\0') != std::string::npos) {
-    it.error = EINVAL;
-    return;
-  }
-  if (e.op == KVFS_OP_WRITE || e.op == KVFS_OP_DELETE) {
+  const DecodedEntry d = fuse::DecodeEntry(e, it.path);
+  if ((it.error = d.error) != 0) return;
+  it.op = d.op;
+  it.file_off = d.file_off;
+  if (d.changes_name) {
     SessionState* state = &s;
     it.finish = [state, caller, dir](fs::BatchItem& item) -> Status {
       InvalidateName(*state, dir, item.path, *caller);
       return Status::OK();
     };
   }
-  if (e.op != KVFS_OP_READ && e.op != KVFS_OP_WRITE) {
-    it.op = e.op == KVFS_OP_STAT       ? fs::BatchOp::kStat
-            : e.op == KVFS_OP_EXISTS   ? fs::BatchOp::kExists
-            : e.op == KVFS_OP_PREFETCH ? fs::BatchOp::kPrefetch
-                                       : fs::BatchOp::kDelete;
-    return;  // no memory
-  }
-  if (e.length > KVFS_ENTRY_MAX_BYTES) {
-    it.error = EFBIG;
-    return;
-  }
-  if (e.op == KVFS_OP_READ) {
-    it.op = fs::BatchOp::kRead;
-    if (e.length == 0 || e.file_off > static_cast<uint64_t>(INT64_MAX) - e.length) {
-      it.error = EINVAL;
-      return;
-    }
-    it.file_off = e.file_off;
-  } else {
-    it.op = fs::BatchOp::kWrite;
-    if (e.length == 0) return;  // an empty file: no memory
-  }
+  if (!d.needs_memory) return;
   if (e.buf_id != 0) {
     auto found = call->buffers.find(e.buf_id);
     if (found == call->buffers.end()) {
@@ -302,26 +277,18 @@ void DecodeEntry(BatchCall* call, SessionState& s, const std::shared_ptr<const f
       it.error = EBADF;
       return;
     }
-    if (!Inside(e.buf_off, e.length, buf->size())) {
-      it.error = EFAULT;
-      return;
-    }
+    if ((it.error = CheckRegisteredRange(e, buf->size())) != 0) return;
     it.data = std::span<char>(buf->data() + e.buf_off, e.length);
     // Unaligned entries go through fs/'s own bounce buffers: count them
     // against the bound (aligned ones move device <-> this memory).
-    bool aligned = reinterpret_cast<uintptr_t>(it.data.data()) % kPageBytes == 0 &&
-                   (e.op != KVFS_OP_READ || e.file_off % kPageBytes == 0);
-    it.budget_bytes = aligned ? 0 : e.length;
+    it.budget_bytes = MovesInPlace(e, it.data.data(), kPageBytes) ? 0 : e.length;
     return;
   }
   // Caller memory at address buf_off, through a bounce buffer that lives
   // only while the entry is in flight (so it counts against the bound).
+  if ((it.error = CheckCallerRange(e)) != 0) return;
   uint64_t len = e.length;
   uint64_t addr = e.buf_off;
-  if (addr > UINT64_MAX - len) {
-    it.error = EFAULT;
-    return;
-  }
   pid_t tgid = call->tgid;
   bool is_write = e.op == KVFS_OP_WRITE;
   auto bounce = std::make_shared<Bounce>();
@@ -421,15 +388,7 @@ void Batch(fuse_req_t req, fuse_ino_t ino, bool dir, const void* in_buf, size_t 
   auto refuse = [&](int code, const std::string& why) {
     ReplyStatus(req, Status::Error(code, "batch: " + why), "batch");
   };
-  if (out_bufsz < sizeof(args)) return refuse(EINVAL, "no room for the reply");
-  if (args.flags != 0) return refuse(EINVAL, "flags must be 0");
-  if (args.count == 0) return refuse(EINVAL, "count is 0");
-  if (args.count > KVFS_BATCH_MAX_ENTRIES) {
-    return refuse(E2BIG, std::to_string(args.count) + " entries, at most " +
-                             std::to_string(KVFS_BATCH_MAX_ENTRIES));
-  }
-  if (!dir) return refuse(ENOTDIR, "the ioctl fd is not a directory");
-  if (args.table_off % 8 != 0) return refuse(EINVAL, "table_off is not 8-byte aligned");
+  if (Refusal r = CheckBatchArgs(args, out_bufsz, dir); r.error != 0) return refuse(r.error, r.why);
 
   SessionState& s = StateOf(req);
   std::shared_ptr<BatchCall> call;
@@ -446,17 +405,7 @@ void Batch(fuse_req_t req, fuse_ino_t ino, bool dir, const void* in_buf, size_t 
                                       : "cannot read the entry table");
     }
     items.resize(args.count);
-    for (size_t i = 0; i < items.size(); ++i) {
-      const kvfs_batch_entry& e = call->entries[i];
-      if (e.op < KVFS_OP_READ || e.op > KVFS_OP_EXISTS || e.flags != 0 ||
-          (e.op != KVFS_OP_READ && e.file_off != 0)) {
-        items[i].error = EINVAL;
-      } else if (e.name_len == 0) {
-        items[i].error = EINVAL;
-      } else if (e.name_len > KVFS_PATH_MAX) {
-        items[i].error = ENAMETOOLONG;
-      }
-    }
+    for (size_t i = 0; i < items.size(); ++i) items[i].error = CheckEntryHeader(call->entries[i]);
     ReadNames(call.get(), items);
     caller = CallerOf(req, /*with_groups=*/true);
     auto shared_caller = std::make_shared<const fs::Caller>(caller);
