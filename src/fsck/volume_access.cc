@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/format.h"
+#include "volume/volume_parts.h"
 
 namespace kvfs::fsck {
 
@@ -77,42 +78,18 @@ Result<std::unique_ptr<OpenedVolume>> OpenForCheck(const OpenOptions& options,
     v->superblocks.push_back(d.second);
   }
 
-  // The devices must be exactly the devices of one volume.
+  // The devices must be exactly the devices of one volume, and the index
+  // the one they name (volume/volume_parts.h: the checks Volume::Open makes).
   const device::Superblock& first = v->superblocks[0];
-  for (size_t i = 0; i < v->superblocks.size(); ++i) {
-    const device::Superblock& sb = v->superblocks[i];
-    const std::string& path = v->devices[i]->path();
-    if (sb.volume_uuid != first.volume_uuid || sb.index_uuid != first.index_uuid) {
-      return Status::Error(EINVAL, path + " belongs to volume " + sb.volume_uuid.ToString() +
-                                       ", " + v->devices[0]->path() + " to volume " +
-                                       first.volume_uuid.ToString() +
-                                       ": give the devices of one volume");
-    }
-    if (sb.device_count != v->superblocks.size() || sb.device_index != i) {
-      return Status::Error(EINVAL, "volume " + first.volume_uuid.ToString() + " has " +
-                                       std::to_string(sb.device_count) + " device(s); " +
-                                       std::to_string(v->superblocks.size()) +
-                                       " given (device " + std::to_string(i) +
-                                       " missing?): give all of its devices");
-    }
-  }
-
-  // The index, which must be the one the superblocks name.
-  v->index_dir = options.index_dir;
-  if (v->index_dir.empty()) {
-    if (v->devices[0]->is_block_device()) {
-      return Status::Error(EINVAL, v->devices[0]->path() +
-                                       ": an index directory is required for a block device "
-                                       "(--index DIR)");
-    }
-    v->index_dir = v->devices[0]->path() + ".index";
-  }
+  KVFS_RETURN_IF_ERROR(volume::CheckOneVolume(v->devices, v->superblocks));
+  KVFS_ASSIGN_OR_RETURN(v->index_dir, volume::IndexDirFor(*v->devices[0], options.index_dir));
   index::Index::Options iopt;
   iopt.block_cache_bytes = options.index_cache_bytes;
   iopt.read_only = !options.repair;
-  auto index = index::Index::Open(v->index_dir, iopt);
+  auto index = volume::OpenIndexOf(v->index_dir, first, v->devices[0]->path(), iopt);
   if (!index.ok()) {
     Status st = index.status();
+    if (st.code() == EINVAL) return st;  // foreign, or the device counts differ: says so
     std::string why;
     if (st.code() == ENOENT) {
       why = "the index is missing (give its directory with --index DIR)";
@@ -125,21 +102,6 @@ Result<std::unique_ptr<OpenedVolume>> OpenForCheck(const OpenOptions& options,
     return st.Annotate("volume " + first.volume_uuid.ToString() + ": " + why);
   }
   v->index = std::move(index).value();
-  const index::VolumeRecord& rec = v->index->volume();
-  if (rec.volume_uuid != first.volume_uuid || rec.index_uuid != first.index_uuid) {
-    return Status::Error(EINVAL, "foreign index: " + v->index_dir + " belongs to volume " +
-                                     rec.volume_uuid.ToString() + " (index " +
-                                     rec.index_uuid.ToString() + "), but " +
-                                     v->devices[0]->path() + " belongs to volume " +
-                                     first.volume_uuid.ToString() + " (index " +
-                                     first.index_uuid.ToString() + ")");
-  }
-  if (rec.device_count != first.device_count) {
-    return Status::Error(EINVAL, "index " + v->index_dir + " records " +
-                                     std::to_string(rec.device_count) +
-                                     " device(s), the superblocks " +
-                                     std::to_string(first.device_count));
-  }
   return v;
 }
 

@@ -1,5 +1,6 @@
-// Opening a volume for fsck: devices, superblocks and the index, without
-// Volume::Open. Volume::Open refuses exactly the states fsck must look at
+// Opening a volume for fsck: devices, superblocks and the index, with the
+// checks of volume/volume_parts.h (those Volume::Open makes) but without
+// Volume::Open itself. Volume::Open refuses exactly the states fsck must look at
 // (overlapping extents make its free-space rebuild fail) and reclaims orphans
 // before anyone could see them, so fsck opens the parts itself.
 //

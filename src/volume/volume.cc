@@ -6,17 +6,13 @@
 #include <map>
 
 #include "common/format.h"
+#include "volume/volume_parts.h"
 
 namespace kvfs::volume {
 
 Result<std::string> DefaultIndexDir(const std::string& first_device) {
   KVFS_ASSIGN_OR_RETURN(auto dev, device::BlockDevice::Open(first_device, /*read_only=*/true));
-  if (dev->is_block_device()) {
-    return Status::Error(EINVAL, first_device +
-                                     ": an index directory is required for a block device "
-                                     "(-o index=DIR / --index DIR)");
-  }
-  return first_device + ".index";
+  return IndexDirFor(*dev, "");
 }
 
 Result<std::unique_ptr<Volume>> Volume::Open(const std::vector<std::string>& device_paths,
@@ -42,43 +38,20 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::vector<std::string>& dev
     v->devices_.push_back(std::move(d.first));
     v->superblocks_.push_back(d.second);
   }
-  KVFS_RETURN_IF_ERROR(v->CheckSuperblocks());
+  KVFS_RETURN_IF_ERROR(CheckOneVolume(v->devices_, v->superblocks_));
 
   // The index, which must be the one the superblocks name.
-  std::string index_dir = options.index_dir;
-  if (index_dir.empty()) {
-    if (v->devices_[0]->is_block_device()) {
-      return Status::Error(EINVAL, v->devices_[0]->path() +
-                                       ": an index directory is required for a block device "
-                                       "(-o index=DIR)");
-    }
-    index_dir = v->devices_[0]->path() + ".index";
-  }
+  KVFS_ASSIGN_OR_RETURN(std::string index_dir, IndexDirFor(*v->devices_[0], options.index_dir));
   index::Index::Options iopt;
   iopt.block_cache_bytes = options.index_cache_bytes;
   iopt.read_only = options.read_only;
-  auto index = index::Index::Open(index_dir, iopt);
+  auto index = OpenIndexOf(index_dir, v->superblocks_[0], v->devices_[0]->path(), iopt);
   if (!index.ok()) {
+    if (index.status().code() == EINVAL) return index.status();  // foreign: says so itself
     return index.status().Annotate("volume " + v->superblocks_[0].volume_uuid.ToString() +
                                    ": cannot use index " + index_dir);
   }
   v->index_ = std::move(index).value();
-  const index::VolumeRecord& rec = v->index_->volume();
-  const device::Superblock& sb0 = v->superblocks_[0];
-  if (rec.volume_uuid != sb0.volume_uuid || rec.index_uuid != sb0.index_uuid) {
-    return Status::Error(EINVAL, "index " + index_dir + " belongs to volume " +
-                                     rec.volume_uuid.ToString() + " (index " +
-                                     rec.index_uuid.ToString() + "), but " +
-                                     v->devices_[0]->path() + " belongs to volume " +
-                                     sb0.volume_uuid.ToString() + " (index " +
-                                     sb0.index_uuid.ToString() + "): foreign index");
-  }
-  if (rec.device_count != sb0.device_count) {
-    return Status::Error(EINVAL, "index " + index_dir + " records " +
-                                     std::to_string(rec.device_count) +
-                                     " devices, superblocks record " +
-                                     std::to_string(sb0.device_count));
-  }
 
   for (const auto& sb : v->superblocks_) {
     v->allocators_.push_back(std::make_unique<alloc::ExtentAllocator>(
@@ -110,32 +83,6 @@ Volume::~Volume() {
   wrapper_.reset();
   engine_.reset();
   index_.reset();
-}
-
-Status Volume::CheckSuperblocks() {
-  const device::Superblock& first = superblocks_[0];
-  for (size_t i = 0; i < superblocks_.size(); ++i) {
-    const device::Superblock& sb = superblocks_[i];
-    const std::string& path = devices_[i]->path();
-    if (sb.volume_uuid != first.volume_uuid) {
-      return Status::Error(EINVAL, path + " belongs to volume " + sb.volume_uuid.ToString() +
-                                       ", " + devices_[0]->path() + " to volume " +
-                                       first.volume_uuid.ToString());
-    }
-    if (sb.device_count != superblocks_.size() || sb.device_index != i) {
-      return Status::Error(EINVAL, "volume " + first.volume_uuid.ToString() + " has " +
-                                       std::to_string(sb.device_count) + " devices; " +
-                                       std::to_string(superblocks_.size()) +
-                                       " given (missing device " + std::to_string(i) + "?)");
-    }
-    if (sb.data_start + sb.data_length > devices_[i]->size_bytes()) {
-      return Status::Error(EINVAL, path + ": data region ends at " +
-                                       std::to_string(sb.data_start + sb.data_length) +
-                                       " but the device has only " +
-                                       std::to_string(devices_[i]->size_bytes()) + " bytes");
-    }
-  }
-  return Status::OK();
 }
 
 Status Volume::ReclaimOrphans() {

@@ -52,7 +52,8 @@ struct SpaceStats {
   uint64_t free_extents = 0;
 };
 
-// The index directory used when none is given, or EINVAL for a block device.
+// The index directory used when none is given, or EINVAL for a block device
+// (volume_parts.h IndexDirFor: the one rule).
 Result<std::string> DefaultIndexDir(const std::string& first_device);
 
 class Volume {
@@ -91,7 +92,6 @@ class Volume {
 
  private:
   Volume() = default;
-  Status CheckSuperblocks();
   Status ReclaimOrphans();
   Status RebuildFreeSpace();
 
