@@ -1,0 +1,152 @@
+// The filesystem against a reference model: seeded random sequences of
+// create, open, write at random offsets and sizes, truncate, rename (over
+// existing names too), unlink (also while open), fsync, close and remount,
+// each checked against a plain map of names to bytes. A failure prints the
+// seed and step; KVFS_MODEL_SEED=<n> reruns one seed.
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "common/format.h"
+#include "fs_fixture.h"
+
+namespace kvfs::fs {
+namespace {
+
+constexpr uint64_t kChunkBytes = 1 << 20;  // fs/'s chunk: writes cross it
+
+class ModelTest : public FsTest {
+ protected:
+  using Bytes = std::shared_ptr<std::string>;
+  struct OpenFile {
+    uint64_t fh;
+    Bytes bytes;  // the file it is open on, named or not
+  };
+
+  std::string Name(std::mt19937_64& rng) { return "n" + std::to_string(rng() % 8); }
+
+  void CheckHandle(const OpenFile& o, const std::string& where) {
+    auto got = ReadFh(o.fh, 0, o.bytes->size() + 8192);
+    ASSERT_TRUE(got.ok()) << where << ": " << got.status().ToString();
+    ASSERT_EQ(got->size(), o.bytes->size()) << where;
+    ASSERT_TRUE(*got == *o.bytes) << where << ": contents differ";
+  }
+
+  void CheckNames(const std::map<std::string, Bytes>& names, const std::string& where) {
+    std::set<std::string> listed;
+    auto dh = fs_->OpenDir(kRootIno);
+    ASSERT_TRUE(dh.ok());
+    ASSERT_TRUE(fs_->ReadDir(*dh, 0, [&](std::string_view n, uint64_t, uint32_t, uint64_t) {
+                      if (n != "." && n != "..") listed.insert(std::string(n));
+                      return true;
+                    }).ok());
+    fs_->ReleaseDir(*dh);
+    std::set<std::string> want;
+    for (const auto& [n, b] : names) want.insert(n);
+    ASSERT_EQ(listed, want) << where;
+    for (const auto& [n, b] : names) {
+      auto got = Load(kRootIno, n);
+      ASSERT_TRUE(got.ok()) << where << " " << n << ": " << got.status().ToString();
+      ASSERT_EQ(got->size(), b->size()) << where << " " << n;
+      ASSERT_TRUE(*got == *b) << where << " " << n << ": contents differ";
+    }
+  }
+
+  void Run(uint64_t seed, int steps) {
+    std::mt19937_64 rng(seed);
+    std::map<std::string, Bytes> names;
+    for (int k = 0; k < 8; ++k) {  // an empty root: what an earlier seed left goes
+      Status st = fs_->Unlink(kRootIno, "n" + std::to_string(k));
+      ASSERT_TRUE(st.ok() || st.code() == ENOENT) << st.ToString();
+    }
+    std::vector<OpenFile> open;
+    auto close_all = [&] {
+      for (const OpenFile& o : open) {
+        EXPECT_TRUE(fs_->Flush(o.fh).ok());
+        fs_->Release(o.fh);
+      }
+      open.clear();
+    };
+    for (int step = 0; step < steps; ++step) {
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      SCOPED_TRACE(where);
+      const unsigned op = rng() % 100;
+      const std::string name = Name(rng);
+      auto it = names.find(name);
+      if (op < 12) {  // create, or open an existing name
+        if (it == names.end()) {
+          auto c = fs_->Create(kRootIno, name, 0644, O_RDWR | O_CREAT, Caller{});
+          ASSERT_TRUE(c.ok()) << c.status().ToString();
+          auto b = std::make_shared<std::string>();
+          names[name] = b;
+          open.push_back({c->fh, b});
+        } else if (open.size() < 6) {
+          auto a = fs_->Lookup(kRootIno, name);
+          ASSERT_TRUE(a.ok());
+          auto fh = fs_->Open(a->ino, O_RDWR);
+          ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+          open.push_back({*fh, it->second});
+        }
+      } else if (op < 45 && !open.empty()) {  // write at a random offset
+        OpenFile& o = open[rng() % open.size()];
+        const uint64_t off = rng() % (3 * kChunkBytes);
+        const size_t len = 1 + rng() % (rng() % 4 == 0 ? 2 * kChunkBytes : 64 << 10);
+        const std::string data = Pattern(len, static_cast<uint32_t>(rng()));
+        auto w = fs_->Write(o.fh, off, data);
+        ASSERT_TRUE(w.ok()) << w.status().ToString();
+        ASSERT_EQ(*w, len);
+        if (o.bytes->size() < off + len) o.bytes->resize(off + len, '\0');
+        o.bytes->replace(off, len, data);
+      } else if (op < 55 && it != names.end()) {  // truncate
+        const uint64_t size = rng() % (2 * kChunkBytes + 100);
+        auto a = fs_->Lookup(kRootIno, name);
+        ASSERT_TRUE(a.ok());
+        SetAttrRequest req;
+        req.size = size;
+        ASSERT_TRUE(fs_->SetAttr(a->ino, req, 0).ok());
+        it->second->resize(size, '\0');
+      } else if (op < 65 && it != names.end()) {  // rename, maybe over another name
+        const std::string to = Name(rng);
+        ASSERT_TRUE(fs_->Rename(kRootIno, name, kRootIno, to, 0).ok());
+        Bytes b = it->second;
+        names.erase(it);
+        names[to] = b;
+      } else if (op < 73 && it != names.end()) {  // unlink, also while open
+        ASSERT_TRUE(fs_->Unlink(kRootIno, name).ok());
+        names.erase(it);
+      } else if (op < 80 && !open.empty()) {  // fsync
+        ASSERT_TRUE(FsyncFh(open[rng() % open.size()].fh).ok());
+      } else if (op < 88 && !open.empty()) {  // close
+        const size_t k = rng() % open.size();
+        ASSERT_TRUE(fs_->Flush(open[k].fh).ok());
+        fs_->Release(open[k].fh);
+        open.erase(open.begin() + k);
+      } else if (op < 96 && !open.empty()) {  // read back through a handle
+        CheckHandle(open[rng() % open.size()], where);
+      } else if (op >= 98) {  // remount: what was closed is what comes back
+        close_all();
+        Remount();
+        CheckNames(names, where + " after remount");
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    for (const OpenFile& o : open) CheckHandle(o, "end of seed " + std::to_string(seed));
+    close_all();
+    CheckNames(names, "end of seed " + std::to_string(seed));
+    Remount();
+    CheckNames(names, "end of seed " + std::to_string(seed) + " after remount");
+    EXPECT_EQ(fs_->FlushAll().code(), 0);
+  }
+};
+
+TEST_F(ModelTest, RandomSequencesMatchTheReferenceModel) {
+  if (const char* s = std::getenv("KVFS_MODEL_SEED")) return Run(std::strtoull(s, nullptr, 10), 4000);
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    Run(seed, 1500);
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace kvfs::fs
