@@ -75,6 +75,13 @@ Status Committer::Drain(bool sync) {
   return result;
 }
 
+void Committer::WaitStalled() {
+  std::unique_lock<std::mutex> l(mu_);
+  stalled_cv_.wait(l, [&] {
+    return stalled_ && (queue_.empty() || queue_.front()->gates.load() != 0);
+  });
+}
+
 Status Committer::failure() const { return failed_.Get(); }
 
 void Committer::Run() {
@@ -83,7 +90,11 @@ void Committer::Run() {
     {
       std::unique_lock<std::mutex> l(mu_);
       auto head_ready = [&] { return !queue_.empty() && queue_.front()->gates.load() == 0; };
-      cv_.wait(l, [&] { return stop_ || head_ready(); });
+      cv_.wait(l, [&] {
+        stalled_ = !stop_ && !head_ready();
+        if (stalled_) stalled_cv_.notify_all();
+        return !stalled_;
+      });
       if (!head_ready()) {
         if (stop_) break;
         continue;

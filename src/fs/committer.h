@@ -84,6 +84,10 @@ class Committer {
   // `sync`, also until the WAL is synced.
   Status Drain(bool sync = false);
   size_t queued() const;
+  // Test hook: returns once the committer thread waits with nothing it can
+  // commit (the queue is empty or its head has a closed gate), so a test
+  // can say "however long the committer has" without sleeping.
+  void WaitStalled();
   // OK, or the device flush that failed: after it nothing more is
   // committed (every later change fails with it).
   Status failure() const;
@@ -103,6 +107,8 @@ class Committer {
   std::deque<std::shared_ptr<Change>> queue_;  // GUARDED_BY(mu_)
   bool stop_ = false;                          // GUARDED_BY(mu_)
   bool urgent_ = false;                        // GUARDED_BY(mu_)
+  bool stalled_ = false;  // GUARDED_BY(mu_): the thread waits with nothing ready
+  std::condition_variable stalled_cv_;
   StickyError failed_;  // a failed device flush
   std::thread thread_;
 };

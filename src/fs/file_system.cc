@@ -384,6 +384,8 @@ void FileSystem::ExistsPaths(uint64_t dir, std::span<const std::string_view> pat
                              const Caller& caller, std::span<int> codes) {
   impl_->ExistsPaths(dir, paths, caller, codes);
 }
+void FileSystem::WaitPrefetchIdle() { impl_->prefetcher_->WaitIdle(); }
+void FileSystem::WaitCommitsStalled() { impl_->committer_->WaitStalled(); }
 Result<uint64_t> FileSystem::PrefetchFile(uint64_t dir, std::string_view path,
                                           const Caller& caller) {
   return Run(Call::kPrefetchFile, [&] { return impl_->PrefetchFile(dir, path, caller); });

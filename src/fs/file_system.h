@@ -24,6 +24,10 @@
 // Permission bits are enforced by the kernel (default_permissions); this layer
 // checks only what the kernel cannot (name length, types, emptiness, loops).
 //
+// Per-call rules (which calls are refused with EROFS after a failed commit,
+// which may wait for something slow and so must not run on a thread that
+// must never wait): fs/calls.h.
+//
 // Thread safety: every method may be called from any thread concurrently.
 // Callbacks (`done`) run exactly once, on an engine or committer thread or
 // inline before the method returns; they must not block on I/O.
@@ -297,6 +301,14 @@ class FileSystem {
   // prefetch budgets). The newest 4096 prefetched inodes are kept loaded
   // for a later ReadFile, which then copies from the cache.
   Result<uint64_t> PrefetchFile(uint64_t dir, std::string_view path, const Caller& caller);
+
+  // --- Test hooks (races made deterministic, instead of sleeps).
+  // Returns once the prefetch thread has worked everything queued before
+  // the call (lookup-driven prefetch and readahead have started their loads).
+  void WaitPrefetchIdle();
+  // Returns once the committer waits with nothing it may commit (every
+  // queued change is committed or held back by a data write in flight).
+  void WaitCommitsStalled();
 
   // Implementation details follow.
   class Impl;

@@ -51,6 +51,11 @@ void Prefetcher::Clear() {
   readahead_.Clear();
 }
 
+void Prefetcher::WaitIdle() {
+  std::unique_lock<std::mutex> l(mu_);
+  idle_cv_.wait(l, [this] { return stop_ || (queue_.empty() && guesses_.empty() && !working_); });
+}
+
 void Prefetcher::Loop() {
   std::vector<InodeRef> batch;
   std::vector<uint64_t> inos;
@@ -89,10 +94,16 @@ void Prefetcher::Loop() {
       gather_first = woken;
       batch.swap(queue_);
       inos.swap(guesses_);
+      working_ = true;
     }
     work_(batch, inos);
     batch.clear();  // drops the references outside mu_
     inos.clear();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      working_ = false;
+    }
+    idle_cv_.notify_all();
   }
 }
 

@@ -55,6 +55,9 @@ class Prefetcher {
   // Drops queued work and forgets the readahead streams (a cold cache is
   // not refilled by old lookups).
   void Clear();
+  // Test hook: returns once everything queued before the call has been
+  // handed to `work` and that pass has ended.
+  void WaitIdle();
 
  private:
   void Loop();
@@ -70,6 +73,8 @@ class Prefetcher {
   ReadaheadDetector readahead_;     // GUARDED_BY(mu_)
   bool stop_ = false;               // GUARDED_BY(mu_)
   bool wake_sent_ = false;          // GUARDED_BY(mu_): signalled, queues not yet found empty
+  bool working_ = false;            // GUARDED_BY(mu_): a pass has taken work
+  std::condition_variable idle_cv_;
   std::thread thread_;
 };
 

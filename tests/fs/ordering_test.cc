@@ -49,7 +49,7 @@ TEST_F(OrderingTest, RenameIsNotCommittedBeforeTheDataItDependsOn) {
   EXPECT_EQ(*Load(kRootIno, "key"), data);
   // ...but the index does not, nor anything queued after it, however long
   // the committer has had.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  fs_->WaitCommitsStalled();
   index::Index& idx = vol_->index();
   EXPECT_EQ(idx.LookupEntry(kRootIno, "key").status().code(), ENOENT);
   EXPECT_EQ(idx.LookupEntry(kRootIno, "later").status().code(), ENOENT);
@@ -80,7 +80,7 @@ TEST_F(OrderingTest, CommittedSizeNeverRunsAheadOfWrittenData) {
   SetAttrRequest chmod;
   chmod.mode = 0600;
   ASSERT_TRUE(fs_->SetAttr(c->attr.ino, chmod, c->fh).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  fs_->WaitCommitsStalled();  // the chmod's change is committed, the data change held
   auto rec = vol_->index().GetInode(c->attr.ino);
   ASSERT_TRUE(rec.ok());
   EXPECT_EQ(rec->size, first.size());  // not the 5 MiB the live file has
