@@ -73,7 +73,7 @@ constexpr const char* kUsage =
     "                        one this long before it sleeps, microseconds (50)\n"
     "  lane_read=N, lane_write=N, lane_prefetch=N, lane_meta=N, lane_delete=N\n"
     "                        device commands in flight per lane (0: derived from\n"
-    "                        rings; see README \"Lanes\")\n"
+    "                        rings; see docs/operations.md)\n"
     "  log_level=L           trace, debug, info, warn, error, critical, off (info)\n"
     "  verify=on|off         check every extent read from the device against its\n"
     "                        crc32c; a mismatch fails the read with EIO (off)\n"

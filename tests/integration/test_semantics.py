@@ -393,7 +393,7 @@ def test_truncate_grow_and_shrink(vol):
 
 def test_times_beyond_what_is_kept_are_clamped_not_wrapped(vol):
     """Times are kept as 64-bit nanoseconds (years 1678-2262). One beyond is
-    clamped to the nearest end, as ext4 clamps to its range; it used to wrap
+    clamped to the nearest end, as ext4 clamps to its range; it never wraps
     around into the past."""
     write_file(vol.p("t"), b"x")
     os.utime(vol.p("t"), (2 ** 40, 2 ** 40))
