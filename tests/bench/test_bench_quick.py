@@ -160,6 +160,33 @@ def test_quick_run_completes_every_workload_and_verifies_every_load(scratch):
     assert_torn_down(scratch)
 
 
+def interrupt_at_progress(args, prefix, while_running=lambda seen: None):
+    """Runs kvfs-bench with `args`, sends SIGINT once a progress line starts
+    with `prefix` (by progress, not by a delay a fast or slow machine would
+    miss), after while_running(lines so far) had its say; returns the exit
+    code and the whole output."""
+    p = subprocess.Popen(bench_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    seen = []
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            line = p.stdout.readline()
+            assert line, "kvfs-bench ended before it could be interrupted:\n" + "".join(seen)
+            seen.append(line)
+            if line.startswith(prefix):
+                break
+            assert time.monotonic() < deadline, "no progress within 90 s"
+        while_running(seen)
+        p.send_signal(signal.SIGINT)
+        output, _ = p.communicate(timeout=90)
+        return p.returncode, "".join(seen) + output
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def ram_mounts_under(d):
     """tmpfs, fuse and ext4 (loop) mounts at or under `d`."""
     with open("/proc/self/mountinfo") as f:
@@ -210,28 +237,14 @@ def test_ram_device_run_verifies_and_unmounts_its_tmpfs(scratch):
 
 
 def test_interrupted_ram_run_leaves_no_tmpfs_loop_or_fuse_mount(scratch):
-    p = subprocess.Popen(bench_cmd("--quick", "--ram", "--dir", scratch, "--workloads",
-                                   "lmcache", "--sizes", "1M", "--keys", "64"),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = []
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            line = p.stdout.readline()
-            assert line, "kvfs-bench ended before it could be interrupted:\n" + "".join(seen)
-            seen.append(line)
-            if line.startswith("[2/"):  # inside the lmcache workload, everything mounted
-                break
-            assert time.monotonic() < deadline, "no progress within 90 s"
+    def mounted(seen):
         assert ram_mounts_under(scratch), "nothing mounted while running:\n" + "".join(seen)
-        p.send_signal(signal.SIGINT)
-        output, _ = p.communicate(timeout=90)
-        output = "".join(seen) + output
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == 128 + signal.SIGINT, output
+
+    # "[2/": inside the lmcache workload, everything mounted.
+    rc, output = interrupt_at_progress(("--quick", "--ram", "--dir", scratch, "--workloads",
+                                        "lmcache", "--sizes", "1M", "--keys", "64"),
+                                       "[2/", mounted)
+    assert rc == 128 + signal.SIGINT, output
     assert ram_mounts_under(scratch) == [], output
     assert loops_under(scratch) == [], output
     assert not os.path.exists(os.path.join(scratch, "ram")), output
@@ -313,27 +326,10 @@ def test_corrupted_load_fails_verification(scratch):
 # load -- by progress, not by a delay a fast or slow machine would miss.
 @pytest.mark.parametrize("after_step", [1, 3, 5])
 def test_interrupted_run_unmounts_detaches_and_removes_images(scratch, after_step):
-    p = subprocess.Popen(bench_cmd("--quick", "--dir", scratch, "--workloads", "lmcache",
-                                   "--sizes", "1M", "--keys", "64"),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = []
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            line = p.stdout.readline()
-            assert line, "kvfs-bench ended before it could be interrupted:\n" + "".join(seen)
-            seen.append(line)
-            if line.startswith(f"[{after_step}/"):
-                break
-            assert time.monotonic() < deadline, "no progress within 90 s"
-        p.send_signal(signal.SIGINT)
-        output, _ = p.communicate(timeout=90)
-        output = "".join(seen) + output
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == 128 + signal.SIGINT, output
+    rc, output = interrupt_at_progress(("--quick", "--dir", scratch, "--workloads", "lmcache",
+                                        "--sizes", "1M", "--keys", "64"),
+                                       f"[{after_step}/")
+    assert rc == 128 + signal.SIGINT, output
     assert "interrupted" in output
     assert_torn_down(scratch)
 
