@@ -74,6 +74,12 @@ constexpr const char* kUsage =
     "  lane_read=N, lane_write=N, lane_prefetch=N, lane_meta=N, lane_delete=N\n"
     "                        device commands in flight per lane (0: derived from\n"
     "                        rings; see docs/operations.md)\n"
+    "  relatime, strictatime, noatime\n"
+    "                        when a read moves a file's atime: when it is not newer\n"
+    "                        than mtime/ctime or a day old, on every read, or never\n"
+    "                        (relatime)\n"
+    "  atime_flush_s=N       moved atimes not carried by another commit are written\n"
+    "                        this often; a crash loses at most this much (30)\n"
     "  log_level=L           trace, debug, info, warn, error, critical, off (info)\n"
     "  verify=on|off         check every extent read from the device against its\n"
     "                        crc32c; a mismatch fails the read with EIO (off)\n"
@@ -104,6 +110,8 @@ struct Config {
   unsigned lane_meta = 0, lane_read = 0, lane_prefetch = 0, lane_write = 0, lane_delete = 0;
   char* log_level = nullptr;
   char* verify = nullptr;
+  kvfs::fs::AtimeMode atime = kvfs::fs::AtimeMode::kRelatime;
+  unsigned atime_flush_s = 30;
   int fault_injection = 0;
   char* fault_eio = nullptr;
   int foreground = 0;
@@ -121,7 +129,8 @@ struct Parsed {
   std::vector<std::string> positional;  // DEVICE... MOUNTPOINT
 };
 
-enum Key { kKeyForeground, kKeyDebug, kKeyHelp, kKeyVersion };
+enum Key { kKeyForeground, kKeyDebug, kKeyHelp, kKeyVersion, kKeyRelatime, kKeyStrictatime,
+           kKeyNoatime };
 
 #define KVFS_OPT(t, field) {t, offsetof(Config, field), 1}
 const fuse_opt kOptions[] = {
@@ -146,11 +155,13 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("verify=%s", verify),
     KVFS_OPT("fault_injection", fault_injection),
     KVFS_OPT("fault_eio=%s", fault_eio),
-    // Options mount(8) passes from fstab that libfuse 3.14 refuses; they
-    // mean nothing for kvfs (times are kept exactly), so they are dropped.
-    FUSE_OPT_KEY("relatime", FUSE_OPT_KEY_DISCARD),
+    KVFS_OPT("atime_flush_s=%u", atime_flush_s),
+    FUSE_OPT_KEY("relatime", kKeyRelatime),
+    FUSE_OPT_KEY("strictatime", kKeyStrictatime),
+    FUSE_OPT_KEY("noatime", kKeyNoatime),
+    // Options mount(8) passes from fstab that libfuse 3.14 refuses and
+    // that mean nothing for kvfs, so they are dropped.
     FUSE_OPT_KEY("norelatime", FUSE_OPT_KEY_DISCARD),
-    FUSE_OPT_KEY("strictatime", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("nostrictatime", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("diratime", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("nodiratime", FUSE_OPT_KEY_DISCARD),
@@ -189,6 +200,17 @@ int ProcessArg(void* data, const char* arg, int key, fuse_args* /*outargs*/) {
       return 0;
     case kKeyVersion:
       p.cfg.show_version = 1;
+      return 0;
+    // kvfs keeps atime itself (fs/atime.h); the kernel's flags would not
+    // reach it.
+    case kKeyRelatime:
+      p.cfg.atime = kvfs::fs::AtimeMode::kRelatime;
+      return 0;
+    case kKeyStrictatime:
+      p.cfg.atime = kvfs::fs::AtimeMode::kStrictatime;
+      return 0;
+    case kKeyNoatime:
+      p.cfg.atime = kvfs::fs::AtimeMode::kNoatime;
       return 0;
     default:
       return 1;
@@ -396,6 +418,9 @@ int main(int argc, char** argv) {
                          cfg.lane_delete};
   fsopt.prefetch_file_max_bytes = static_cast<uint64_t>(cfg.prefetch_max_mb) << 20;
   fsopt.prefetch_budget_bytes = static_cast<uint64_t>(cfg.prefetch_budget_mb) << 20;
+  if (cfg.atime_flush_s == 0 || cfg.atime_flush_s > 86400) Fail("atime_flush_s must be 1 to 86400");
+  fsopt.atime = cfg.atime;
+  fsopt.atime_flush_ms = cfg.atime_flush_s * 1000;
   if (cfg.prefetch != nullptr) {
     std::string mode = cfg.prefetch;
     if (mode == "off") {

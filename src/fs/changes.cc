@@ -120,6 +120,7 @@ static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
   frees->insert(frees->end(), x.free_pending.begin(), x.free_pending.end());
   x.free_pending.clear();
   x.data_change_queued = false;
+  x.atime_dirty = false;  // the record carries it
   return r;
 }
 

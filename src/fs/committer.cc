@@ -126,6 +126,7 @@ void Committer::Run() {
     if (st.ok()) {
       if (!batch.empty()) {
         st = index_.Commit(batch, sync);
+        commits_.fetch_add(1, std::memory_order_relaxed);
       } else if (sync) {
         st = index_.SyncWal();
       }

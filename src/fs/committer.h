@@ -84,6 +84,8 @@ class Committer {
   // `sync`, also until the WAL is synced.
   Status Drain(bool sync = false);
   size_t queued() const;
+  // Index batches written so far (each group with something to write).
+  uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
   // Test hook: returns once the committer thread waits with nothing it can
   // commit (the queue is empty or its head has a closed gate), so a test
   // can say "however long the committer has" without sleeping.
@@ -101,6 +103,7 @@ class Committer {
   FlushFn flush_;
   const unsigned interval_ms_;
   std::atomic<bool> data_written_{false};
+  std::atomic<uint64_t> commits_{0};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -9,6 +9,7 @@
 #include "common/format.h"
 #include "fs/chunk_cache.h"
 #include "fs/file_system_impl.h"
+#include "fs/killpriv.h"
 
 namespace kvfs::fs {
 
@@ -38,7 +39,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
   return Created{ToAttr(file->rec), fh};
 }
 
-Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags) {
+Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, bool kill_suidgid) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   {
     std::unique_lock<std::mutex> l(i->mu);
@@ -47,13 +48,16 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags) {
     // unlink raced it): ESTALE makes the kernel look the name up again
     // (do_filp_open retries with LOOKUP_REVAL) and open what it names now.
     if (i->deleted) return Status::Error(ESTALE, "open of a removed file");
-    if ((flags & O_TRUNC) && i->rec.size > 0) {
+    const uint32_t mode = kill_suidgid && (flags & O_TRUNC) ? KillSuidGid(i->rec.mode) : i->rec.mode;
+    if (((flags & O_TRUNC) && i->rec.size > 0) || mode != i->rec.mode) {
       // The kernel checked write permission for O_TRUNC, even with O_RDONLY
       // (Linux truncates then too). To size 0 nothing is staged: no failure.
-      KVFS_RETURN_IF_ERROR(TruncateData(i, 0));
+      if (i->rec.size > 0) KVFS_RETURN_IF_ERROR(TruncateData(i, 0));
+      i->rec.mode = mode;
       i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
       EnqueueRecord(i);
     }
+    if ((flags & O_ACCMODE) != O_WRONLY) NoteUse(i, NowNs());
     if ((flags & O_ACCMODE) != O_WRONLY && options_.prefetch != PrefetchMode::kOff) Prefetch(i);
     table_.AddOpen(*i);  // under i->mu: see DropLink
   }
@@ -153,6 +157,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
   {
     std::lock_guard<std::mutex> l(i->mu);
     const uint64_t fsize = i->rec.size;
+    if (size > 0) NoteUse(i, NowNs());
     if (off >= fsize || size == 0) return done(Status::OK(), {});
     len = std::min<uint64_t>(size, fsize - off);
     whole = CachedWhole(i, off, len);

@@ -45,6 +45,10 @@ FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
       volume_.index(), [this](Change& c, index::WriteBatch& b) { BuildChange(c, b); },
       [this](Change& c, Status st) { ChangeCommitted(c, st); }, [this] { return FlushDevices(); },
       options_.commit_interval_ms);
+  atime_ = std::make_unique<AtimeLog>(std::chrono::milliseconds(options_.atime_flush_ms),
+                                      [this](std::vector<InodePin> pins) {
+                                        FlushAtimes(std::move(pins));
+                                      });
   prefetcher_ = std::make_unique<Prefetcher>(
       [this](const std::vector<InodeRef>& looked_up, const std::vector<uint64_t>& guesses) {
         PrefetchQueued(looked_up, guesses);
@@ -58,6 +62,7 @@ FileSystem::Impl::~Impl() {
   // No I/O into the cache is left: nothing registers any more, and what
   // was registered is unregistered.
   cache_registrar_->Stop();
+  atime_.reset();  // flushed by Shutdown(); its pins go before the table
   committer_.reset();
   {
     std::lock_guard<std::mutex> l(retained_mu_);
@@ -125,6 +130,9 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.staging_bytes = pool_.region_bytes();
   s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
   s.queued_commits = committer_->queued();
+  s.index_commits = committer_->commits();
+  s.atime_updates = atime_->updates();
+  s.atime_flushes = atime_->flushes();
   s.name_cache_entries = entry_cache_.entries();
   s.name_cache_bytes = entry_cache_.bytes();
   s.zero_copy_bytes = metrics_.zero_copy_bytes();
@@ -152,6 +160,8 @@ StatsSnapshot FileSystem::Impl::Stats() {
 
 Status FileSystem::Impl::Shutdown() {
   if (shut_down_) return Status::OK();
+  atime_->Stop();
+  atime_->Flush();  // every moved atime, in the synced drain below
   Status st = FlushAll();
   Status synced = committer_->Drain(true);
   shut_down_ = true;
@@ -295,8 +305,9 @@ Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, u
                                                int flags, const Caller& c) {
   return Run(Call::kCreate, [&] { return impl_->Create(p, n, mode, flags, c); });
 }
-Result<uint64_t> FileSystem::Open(uint64_t ino, int flags) {
-  return Run(Call::kOpen, OpenChanges(flags), [&] { return impl_->Open(ino, flags); });
+Result<uint64_t> FileSystem::Open(uint64_t ino, int flags, bool kill_suidgid) {
+  return Run(Call::kOpen, OpenChanges(flags),
+             [&] { return impl_->Open(ino, flags, kill_suidgid); });
 }
 void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
                       CancelFlag cancel) {
@@ -310,8 +321,9 @@ void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
       std::move(cancel));
 }
 void FileSystem::CancelReads(const CancelFlag& cancel) { impl_->sched_->Cancel(cancel); }
-Result<size_t> FileSystem::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
-  return Run(Call::kWrite, [&] { return impl_->Write(fh, off, data); });
+Result<size_t> FileSystem::Write(uint64_t fh, uint64_t off, std::span<const char> data,
+                                 bool kill_suidgid) {
+  return Run(Call::kWrite, [&] { return impl_->Write(fh, off, data, kill_suidgid); });
 }
 bool FileSystem::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
   return impl_->WriteMayWait(fh, off, len);
@@ -329,6 +341,20 @@ void FileSystem::Fsync(uint64_t fh, bool, std::function<void(Status)> done) {
 }
 Status FileSystem::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len) {
   return Run(Call::kFallocate, [&] { return impl_->Fallocate(fh, mode, off, len); });
+}
+Status FileSystem::SetXattr(uint64_t ino, std::string_view name, std::string_view value,
+                            int flags, const Caller& caller) {
+  return Run(Call::kSetXattr, [&] { return impl_->SetXattr(ino, name, value, flags, caller); });
+}
+Result<std::string> FileSystem::GetXattr(uint64_t ino, std::string_view name,
+                                         const Caller& caller) {
+  return Run(Call::kGetXattr, [&] { return impl_->GetXattr(ino, name, caller); });
+}
+Result<std::string> FileSystem::ListXattr(uint64_t ino, const Caller& caller) {
+  return Run(Call::kListXattr, [&] { return impl_->ListXattr(ino, caller); });
+}
+Status FileSystem::RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller) {
+  return Run(Call::kRemoveXattr, [&] { return impl_->RemoveXattr(ino, name, caller); });
 }
 Result<uint64_t> FileSystem::OpenDir(uint64_t ino) {
   return Run(Call::kOpenDir, [&] { return impl_->OpenDir(ino); });

@@ -88,6 +88,10 @@ struct SetAttrRequest {
   std::optional<int64_t> mtime_ns;
   bool atime_now = false;
   bool mtime_now = false;
+  // Clear S_ISUID, and S_ISGID if group-execute is set, of a regular file
+  // (the kernel's FATTR_KILL_SUIDGID: truncate or chown by an unprivileged
+  // caller).
+  bool kill_suidgid = false;
 };
 
 struct FsStats {
@@ -104,6 +108,10 @@ enum class PrefetchMode {
   kOpen,    // opening a file for reading starts reading all of it
   kLookup,  // kOpen, and a lookup of a file starts reading it too
 };
+
+// When a read moves a file's atime (fs/atime.h): -o relatime, strictatime,
+// noatime.
+enum class AtimeMode : uint8_t { kRelatime, kStrictatime, kNoatime };
 
 struct FileSystemOptions {
   // Commit a group of changes at most this often when nothing waits for it
@@ -126,6 +134,10 @@ struct FileSystemOptions {
   // crc32c before it is handed out; a mismatch fails the read with EIO
   // (fs/read_verify.h). Extents are then always read whole.
   bool verify_reads = false;
+  AtimeMode atime = AtimeMode::kRelatime;
+  // Moved atimes not carried by another commit are queued this often (a
+  // crash loses at most this much of them), and at Shutdown().
+  unsigned atime_flush_ms = 30000;
 };
 
 struct CacheStats {
@@ -173,8 +185,10 @@ class FileSystem {
   // Lookup+Open for an existing one).
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                          const Caller& caller);
-  // O_TRUNC truncates to 0. EISDIR for a directory.
-  Result<uint64_t> Open(uint64_t ino, int flags);
+  // O_TRUNC truncates to 0. EISDIR for a directory. `kill_suidgid` with
+  // O_TRUNC: the opener is unprivileged, so the truncate clears S_ISUID
+  // (and S_ISGID with group-execute), as on every Linux filesystem.
+  Result<uint64_t> Open(uint64_t ino, int flags, bool kill_suidgid = false);
   // `data` is valid only during the callback; shorter than `size` at EOF.
   // Setting *cancel (the caller gave up: FUSE INTERRUPT) drops the parts of
   // the read not yet sent to the device; done then gets ECANCELED.
@@ -187,8 +201,11 @@ class FileSystem {
   void CancelReads(const CancelFlag& cancel);
   // Copies `data` into staging. Returns bytes accepted (all of them) or an
   // error (ENOSPC when the volume is full, EIO after a failed write-behind,
-  // EBADF for a read-only handle).
-  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
+  // EBADF for a read-only handle). `kill_suidgid`: the writer is
+  // unprivileged (no CAP_FSETID): the write clears S_ISUID, and S_ISGID if
+  // group-execute is set, as file_remove_privs() does on a local filesystem.
+  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data,
+                       bool kill_suidgid = false);
   // True if Write(fh, off, len) may wait: for staging memory (every buffer
   // is staged or in flight) or for a device read (a partial overwrite of a
   // chunk that is on the device). A hint for callers that must not wait
@@ -213,6 +230,19 @@ class FileSystem {
   void ReleaseDir(uint64_t dh);
 
   FsStats StatFs();
+
+  // --- Extended attributes (rules and errno: fs/xattr.h). They are part of
+  // the inode's record: a set or remove is committed in order with the
+  // inode's other changes, a rename keeps them, the inode's removal drops
+  // them. A caller with uid 0 may use trusted.*. Get and List of an inode
+  // in memory read no index; security.* and system.* are answered from the
+  // name alone.
+  Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags,
+                  const Caller& caller);
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller);
+  // Each visible name followed by a NUL.
+  Result<std::string> ListXattr(uint64_t ino, const Caller& caller);
+  Status RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller);
 
   // Writes out all staged data and commits (not synced).
   Status FlushAll();

@@ -18,6 +18,8 @@
 //   prefetcher.*       the prefetch thread and its queues; readahead.h
 //   whole_file_ops.cc  the batch ioctl's path calls
 //   whole_file_write.cc  WriteFile
+//   xattr_ops.cc       extended attributes (rules: xattr.h)
+//   atime.cc           access times and their flushes (atime.h)
 #pragma once
 
 #include <fcntl.h>
@@ -38,6 +40,7 @@
 
 #include "common/format.h"
 #include "common/large_buffer.h"
+#include "fs/atime.h"
 #include "fs/cache_registrar.h"
 #include "fs/chunk_cache.h"
 #include "fs/committer.h"
@@ -156,7 +159,7 @@ class FileSystem::Impl {
   // --- file_ops.cc
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                          const Caller& caller);
-  Result<uint64_t> Open(uint64_t ino, int flags);
+  Result<uint64_t> Open(uint64_t ino, int flags, bool kill_suidgid);
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel);
   Status Flush(uint64_t fh);
   // Never takes ns_mu_ (it runs on the request receiver): an unlinked
@@ -167,7 +170,7 @@ class FileSystem::Impl {
   Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len);
 
   // --- write_behind.cc
-  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data);
+  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data, bool kill_suidgid);
   bool WriteMayWait(uint64_t fh, uint64_t off, size_t len);
 
   // --- whole_file_ops.cc: the batch ioctl's calls (contracts in file_system.h)
@@ -186,6 +189,23 @@ class FileSystem::Impl {
 
   // --- cache_loads.cc
   Status PrefetchIno(uint64_t ino);
+
+  // --- xattr_ops.cc
+  Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags,
+                  const Caller& caller);
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller);
+  Result<std::string> ListXattr(uint64_t ino, const Caller& caller);
+  Status RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller);
+
+  // --- atime.cc
+  // A use of `i` (open for reading, read): records it for the eviction
+  // policy (last_use_ns) and moves atime as options_.atime says, logging
+  // the inode for the next atime flush. Cheap: no lock beyond i->mu, and
+  // the log's only when the atime moves. REQUIRES: i->mu held.
+  void NoteUse(const InodeRef& i, int64_t now_ns);
+  // The AtimeLog's flush: queues record changes for the pinned inodes whose
+  // atime is still dirty, kAtimeBatch per change.
+  void FlushAtimes(std::vector<InodePin> pins);
 
   // --- whole_file_write.cc: one WriteFile call in flight.
   struct WriteState;
@@ -371,6 +391,9 @@ class FileSystem::Impl {
   std::deque<InodePin> retained_readahead_;   // GUARDED_BY(retained_mu_)
 
   std::unique_ptr<Committer> committer_;
+  // Holds pins (table_) and queues changes (committer_): stopped and
+  // destroyed before both.
+  std::unique_ptr<AtimeLog> atime_;
   // Last: stopped first (its work uses everything above).
   std::unique_ptr<Prefetcher> prefetcher_;
   bool shut_down_ = false;

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -113,6 +114,12 @@ struct InodeState {
   // The change deleting the record has been built (committer thread, queue
   // order): a change built later must not put the record back. GUARDED_BY(mu)
   bool delete_built = false;
+  // rec.atime_ns moved since the last capture; the AtimeLog holds a pin
+  // until it is flushed (fs/atime.h). GUARDED_BY(mu)
+  bool atime_dirty = false;
+  // The last use (open, read), whatever the atime mode: exact recency for
+  // the eviction policy. Written and read without mu (relaxed).
+  std::atomic<int64_t> last_use_ns{0};
 
   // Counts that keep it in the InodeTable (fs/inode_table.h), changed
   // only by the table. GUARDED_BY(InodeTable::mu_)

@@ -10,6 +10,7 @@
 
 #include "common/format.h"
 #include "fs/file_system_impl.h"
+#include "fs/killpriv.h"
 
 namespace kvfs::fs {
 
@@ -106,6 +107,7 @@ Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) 
   if (req.mode) i->rec.mode = (i->rec.mode & S_IFMT) | (*req.mode & 07777);
   if (req.uid) i->rec.uid = *req.uid;
   if (req.gid) i->rec.gid = *req.gid;
+  if (req.kill_suidgid) i->rec.mode = KillSuidGid(i->rec.mode);
   if (req.atime_now) i->rec.atime_ns = now;
   else if (req.atime_ns) i->rec.atime_ns = *req.atime_ns;
   if (req.mtime_now) i->rec.mtime_ns = now;

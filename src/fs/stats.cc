@@ -96,7 +96,8 @@ std::string StatsToJson(const StatsSnapshot& s) {
                 {"prefetch_used_bytes", s.cache.prefetch_used_bytes},
                 {"prefetch_wasted_bytes", s.cache.prefetch_wasted_bytes}};
   j["staging"] = {{"staged_bytes", s.staged_bytes}, {"bound_bytes", s.staging_bytes}};
-  j["commits"] = {{"queued", s.queued_commits}};
+  j["commits"] = {{"queued", s.queued_commits}, {"index", s.index_commits}};
+  j["atime"] = {{"updates", s.atime_updates}, {"flushes", s.atime_flushes}};
   j["name_cache"] = {{"entries", s.name_cache_entries}, {"bytes", s.name_cache_bytes}};
   j["space"] = {{"total_bytes", s.total_bytes},
                 {"free_bytes", s.free_bytes},
@@ -165,6 +166,9 @@ std::string StatsToPrometheus(const StatsSnapshot& s) {
         s.cache.prefetch_wasted_bytes);
   gauge("kvfs_staged_bytes", "gauge", "Dirty bytes in staging buffers.", s.staged_bytes);
   gauge("kvfs_commits_queued", "gauge", "Index changes waiting to commit.", s.queued_commits);
+  gauge("kvfs_index_commits_total", "counter", "Index batches written.", s.index_commits);
+  gauge("kvfs_atime_updates_total", "counter", "Reads and opens that moved an atime.",
+        s.atime_updates);
   gauge("kvfs_name_cache_entries", "gauge", "Names whose lookup answer is cached.",
         s.name_cache_entries);
   gauge("kvfs_name_cache_bytes", "gauge", "Memory charged to the name cache.",

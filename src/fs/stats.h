@@ -112,6 +112,10 @@ struct StatsSnapshot {
   uint64_t staged_bytes = 0;     // dirty data held in staging buffers
   uint64_t staging_bytes = 0;    // the staging bound (dirty_mb)
   uint64_t queued_commits = 0;
+  uint64_t index_commits = 0;  // index batches written (Committer::commits)
+  // Reads and opens that moved an atime, and the atime flushes that queued
+  // them (fs/atime.h).
+  uint64_t atime_updates = 0, atime_flushes = 0;
   // EntryCache: names with a cached answer (found or missing), their bytes.
   uint64_t name_cache_entries = 0, name_cache_bytes = 0;
   uint64_t zero_copy_bytes = 0;  // FsMetrics::zero_copy_bytes()

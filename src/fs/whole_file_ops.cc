@@ -173,6 +173,7 @@ void FileSystem::Impl::ReadFile(uint64_t dir, std::string_view path, uint64_t of
       fail = CheckAccess(i->rec.mode, i->rec.uid, i->rec.gid, caller, kMayRead);
     }
     const uint64_t fsize = i->rec.size;
+    if (fail.ok() && !dest.empty()) NoteUse(i.ref(), NowNs());
     if (fail.ok() && off < fsize && !dest.empty()) {
       len = std::min<uint64_t>(dest.size(), fsize - off);
       PlanRead(i.ref(), off, len, dest.data(), dest.size(), &plan);

@@ -15,6 +15,7 @@
 #include "fs/chunk_cache.h"
 #include "fs/countdown.h"
 #include "fs/file_system_impl.h"
+#include "fs/killpriv.h"
 
 namespace kvfs::fs {
 
@@ -205,7 +206,8 @@ bool FileSystem::Impl::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
   return unstaged + kWriteSlotMargin > pool_.free_slots();
 }
 
-Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<const char> data) {
+Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<const char> data,
+                                       bool kill_suidgid) {
   std::optional<Handle> found = handles_.Get(fh);
   if (!found) return Status::Error(EBADF, "write");
   const Handle& h = *found;
@@ -252,6 +254,8 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
     if (hi == kChunkBytes) SubmitChunk(i, ci);
   }
   i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
+  // Committed with the data (the capture at close carries the mode).
+  if (kill_suidgid) i->rec.mode = KillSuidGid(i->rec.mode);
   return static_cast<size_t>(pos - off);
 }
 

@@ -47,6 +47,7 @@ std::string_view KindName(FindingKind kind) {
     case FindingKind::kSharedBlocks: return "shared_blocks";
     case FindingKind::kBadChecksum: return "bad_checksum";
     case FindingKind::kReadError: return "read_error";
+    case FindingKind::kBadXattr: return "bad_xattr";
   }
   return "unknown";
 }

@@ -33,6 +33,7 @@ enum class FindingKind : uint8_t {
   kSharedBlocks,   // blocks used by two extents
   kBadChecksum,    // --verify-data: an extent's bytes fail their crc32c
   kReadError,      // --verify-data: an extent cannot be read
+  kBadXattr,       // extended attributes past kvfs's rules (name, size, totals)
 };
 
 // The stable name of `kind` ("dangling_entry").

@@ -51,6 +51,19 @@ Status Model::Load(index::Index& idx, Progress* progress, std::vector<Finding>* 
         for (const index::FileExtent& fe : in.extents) {
           extents.push_back(ExtentRec{fe.file_off, fe.ext, fe.crc32c});
         }
+        // Attributes live in the record (index/records.h): they cannot be
+        // orphaned, only break the limits, which repair enforces.
+        if (Status x = index::CheckXattrs(in.xattrs); !x.ok()) {
+          Finding f;
+          f.kind = FindingKind::kBadXattr;
+          f.ino = in.ino;
+          f.path = "<inode " + std::to_string(in.ino) + ">";
+          f.problem = x.context();
+          f.fix = "drop the attributes kvfs would not store (bad names or sizes, past the "
+                  "per-inode total)";
+          findings->push_back(std::move(f));
+          r.flags |= inode_flags::kRewrite;
+        }
         inodes.push_back(r);
         if (progress && ++n % kProgressEvery == 0) progress->Update(n);
         return true;

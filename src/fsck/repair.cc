@@ -42,6 +42,7 @@ Result<index::Inode> BuildRecord(const Model& m, const std::vector<Model::Final>
   } else {
     KVFS_ASSIGN_OR_RETURN(rec, m.index->GetInode(r.ino));
   }
+  index::RepairXattrs(rec.xattrs);  // drops only what CheckXattrs reports
   rec.mode = r.mode;
   rec.nlink = fin[i].nlink;
   rec.size = r.is_dir() ? fin[i].size : r.size;

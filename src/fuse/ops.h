@@ -44,9 +44,11 @@ void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void FsyncDir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
 void StatFs(fuse_req_t req, fuse_ino_t ino);
 
-// ops_misc.cc: ioctl and extended attributes.
+// ops_misc.cc: ioctl.
 void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi,
            unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz);
+
+// ops_xattr.cc: extended attributes.
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags);
 void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);

@@ -121,6 +121,9 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   if (to_set & FUSE_SET_ATTR_UID) q.uid = attr->st_uid;
   if (to_set & FUSE_SET_ATTR_GID) q.gid = attr->st_gid;
   if (to_set & FUSE_SET_ATTR_SIZE) q.size = static_cast<uint64_t>(attr->st_size);
+  // The kernel's FATTR_KILL_SUIDGID (same bit): an unprivileged truncate,
+  // or a chown, under FUSE_HANDLE_KILLPRIV_V2.
+  q.kill_suidgid = (to_set & FUSE_SET_ATTR_KILL_SUID) != 0;
   if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
     q.atime_now = true;
   } else if (to_set & FUSE_SET_ATTR_ATIME) {

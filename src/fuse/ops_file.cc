@@ -29,6 +29,13 @@ void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
   fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
 }
 
+// Whether a write or O_TRUNC open of `req` clears setuid/setgid. The
+// kernel asks for it (FUSE_WRITE_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) when
+// the caller lacks CAP_FSETID, but libfuse 3.14 passes neither flag to the
+// handlers (do_write keeps only FUSE_WRITE_CACHE, do_open only the open
+// flags); uid 0 stands for CAP_FSETID, as for a local filesystem's root.
+bool KillsSuidGid(fuse_req_t req) { return fuse_req_ctx(req)->uid != 0; }
+
 }  // namespace
 
 void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
@@ -68,7 +75,9 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   SessionState& s = StateOf(req);
-  Result<uint64_t> r = NoThrow([&] { return s.fs->Open(ino, fi->flags); });
+  // An unprivileged O_TRUNC open clears setuid/setgid (KillsSuidGid).
+  const bool kill = KillsSuidGid(req);
+  Result<uint64_t> r = NoThrow([&] { return s.fs->Open(ino, fi->flags, kill); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "open");
     return;
@@ -137,7 +146,8 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
   // to wait only after it was handed to the receiver goes ahead.
   if (!RequestLoop::OnReceiver()) s.read_priority.BeforeWrite(fuse_req_ctx(req)->pid);
   Result<size_t> r = NoThrow([&] {
-    return s.fs->Write(fi->fh, static_cast<uint64_t>(off), std::span<const char>(buf, size));
+    return s.fs->Write(fi->fh, static_cast<uint64_t>(off), std::span<const char>(buf, size),
+                       KillsSuidGid(req));
   });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "write");

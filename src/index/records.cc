@@ -19,6 +19,9 @@ constexpr size_t kInodeHeaderSize = 1 + 4 * 4 + 8 + 3 * 8 + 8 + 8 + 4;
 // file_off, device, byte_off, len, crc32c.
 constexpr size_t kExtentSize = 8 + 4 + 8 + 8 + 4;
 constexpr size_t kU64ValueSize = 1 + 8;
+// Version 2 inode records: after the extents, an xattr count, then per
+// attribute its name length, value length, name and value.
+constexpr size_t kXattrHeaderSize = 4 + 4;
 
 Status Malformed(std::string_view what, std::string_view why) {
   std::string c(what);
@@ -93,8 +96,11 @@ Result<VolumeRecord> VolumeRecord::Decode(std::string_view v) {
 
 std::string Inode::Encode() const {
   std::string s;
-  s.reserve(kInodeHeaderSize + extents.size() * kExtentSize);
-  s += static_cast<char>(kRecordVersion);
+  size_t xattr_bytes = 0;
+  for (const Xattr& x : xattrs) xattr_bytes += kXattrHeaderSize + x.name.size() + x.value.size();
+  s.reserve(kInodeHeaderSize + extents.size() * kExtentSize + (xattrs.empty() ? 0 : 4) +
+            xattr_bytes);
+  s += static_cast<char>(xattrs.empty() ? kRecordVersion : kInodeXattrVersion);
   PutFixed32(&s, mode);
   PutFixed32(&s, uid);
   PutFixed32(&s, gid);
@@ -113,14 +119,24 @@ std::string Inode::Encode() const {
     PutFixed64(&s, e.ext.len);
     PutFixed32(&s, e.crc32c);
   }
+  if (!xattrs.empty()) {
+    PutFixed32(&s, static_cast<uint32_t>(xattrs.size()));
+    for (const Xattr& x : xattrs) {
+      PutFixed32(&s, static_cast<uint32_t>(x.name.size()));
+      PutFixed32(&s, static_cast<uint32_t>(x.value.size()));
+      s += x.name;
+      s += x.value;
+    }
+  }
   return s;
 }
 
 Result<Inode> Inode::Decode(uint64_t ino, std::string_view v) {
   const std::string what = "inode " + std::to_string(ino);
   if (v.empty()) return Malformed(what, "empty value");
-  if (static_cast<uint8_t>(v[0]) != kRecordVersion) {
-    return Malformed(what, "unknown record version " + std::to_string(static_cast<uint8_t>(v[0])));
+  const auto version = static_cast<uint8_t>(v[0]);
+  if (version != kRecordVersion && version != kInodeXattrVersion) {
+    return Malformed(what, "unknown record version " + std::to_string(version));
   }
   if (v.size() < kInodeHeaderSize) {
     return Malformed(what, "value is " + std::to_string(v.size()) + " bytes, shorter than the " +
@@ -146,9 +162,14 @@ Result<Inode> Inode::Decode(uint64_t ino, std::string_view v) {
   // Compare without multiplying so a huge bogus count cannot overflow, and
   // before reserving so it cannot make us allocate.
   const size_t tail = v.size() - kInodeHeaderSize;
-  if (tail % kExtentSize != 0 || tail / kExtentSize != count) {
-    return Malformed(what, "extent count " + std::to_string(count) + " does not match " +
-                               std::to_string(tail) + " bytes of extents");
+  if (version == kRecordVersion) {
+    if (tail % kExtentSize != 0 || tail / kExtentSize != count) {
+      return Malformed(what, "extent count " + std::to_string(count) + " does not match " +
+                                 std::to_string(tail) + " bytes of extents");
+    }
+  } else if (tail / kExtentSize < count || tail - size_t{count} * kExtentSize < 4) {
+    return Malformed(what, "extent count " + std::to_string(count) + " leaves no room in " +
+                               std::to_string(tail) + " bytes for extents and attributes");
   }
   n.extents.resize(count);
   for (FileExtent& e : n.extents) {
@@ -159,7 +180,103 @@ Result<Inode> Inode::Decode(uint64_t ino, std::string_view v) {
     e.crc32c = DecodeFixed32(p + 28);
     p += kExtentSize;
   }
+  if (version == kRecordVersion) return n;
+
+  const char* const end = v.data() + v.size();
+  const uint32_t xcount = DecodeFixed32(p);
+  p += 4;
+  if (xcount == 0) return Malformed(what, "version 2 record without attributes");
+  // Each attribute takes at least its 8-byte header: bounds the count
+  // before anything is reserved.
+  if (xcount > static_cast<size_t>(end - p) / kXattrHeaderSize) {
+    return Malformed(what, "attribute count " + std::to_string(xcount) + " does not fit " +
+                               std::to_string(end - p) + " bytes");
+  }
+  n.xattrs.resize(xcount);
+  for (uint32_t k = 0; k < xcount; ++k) {
+    if (static_cast<size_t>(end - p) < kXattrHeaderSize) {
+      return Malformed(what, "attribute " + std::to_string(k) + " is cut short");
+    }
+    const uint32_t name_len = DecodeFixed32(p);
+    const uint32_t value_len = DecodeFixed32(p + 4);
+    p += kXattrHeaderSize;
+    const auto left = static_cast<size_t>(end - p);
+    if (name_len == 0 || name_len > left || value_len > left - name_len) {
+      return Malformed(what, "attribute " + std::to_string(k) + " (name " +
+                                 std::to_string(name_len) + " bytes, value " +
+                                 std::to_string(value_len) + " bytes) does not fit the record");
+    }
+    Xattr& x = n.xattrs[k];
+    x.name.assign(p, name_len);
+    x.value.assign(p + name_len, value_len);
+    p += name_len + value_len;
+    if (k > 0 && !(n.xattrs[k - 1].name < x.name)) {
+      return Malformed(what, "attribute names out of order or repeated at " + std::to_string(k));
+    }
+  }
+  if (p != end) {
+    return Malformed(what, std::to_string(end - p) + " bytes after the last attribute");
+  }
   return n;
+}
+
+bool IsStoredXattrName(std::string_view name) {
+  constexpr std::string_view kUser = "user.", kTrusted = "trusted.", kReserved = "user.kvfs.";
+  if (name.starts_with(kReserved)) return false;
+  if (name.starts_with(kUser)) return name.size() > kUser.size();
+  if (name.starts_with(kTrusted)) return name.size() > kTrusted.size();
+  return false;
+}
+
+namespace {
+
+// Why `x` alone breaks the rules, or empty.
+std::string XattrProblem(const Xattr& x) {
+  if (x.name.size() > kXattrNameMax) {
+    return "name of " + std::to_string(x.name.size()) + " bytes (at most " +
+           std::to_string(kXattrNameMax) + ")";
+  }
+  if (!IsStoredXattrName(x.name)) return "a name kvfs does not store";
+  if (x.value.size() > kXattrValueMax) {
+    return "value of " + std::to_string(x.value.size()) + " bytes (at most " +
+           std::to_string(kXattrValueMax) + ")";
+  }
+  return {};
+}
+
+}  // namespace
+
+Status CheckXattrs(const std::vector<Xattr>& list) {
+  size_t total = 0, names = 0;
+  for (const Xattr& x : list) {
+    std::string why = XattrProblem(x);
+    if (why.empty()) {
+      total += x.name.size() + 1 + x.value.size();
+      names += x.name.size() + 1;
+      if (total > kXattrInodeMax || names > kXattrListMax) why = "past the per-inode total";
+    }
+    if (!why.empty()) {
+      return Status::Error(EUCLEAN, "extended attribute '" + x.name.substr(0, 64) + "': " + why);
+    }
+  }
+  return Status::OK();
+}
+
+size_t RepairXattrs(std::vector<Xattr>& list) {
+  std::vector<Xattr> kept;
+  size_t total = 0, names = 0;
+  for (Xattr& x : list) {
+    if (!XattrProblem(x).empty()) continue;
+    const size_t t = total + x.name.size() + 1 + x.value.size();
+    const size_t n = names + x.name.size() + 1;
+    if (t > kXattrInodeMax || n > kXattrListMax) continue;
+    total = t;
+    names = n;
+    kept.push_back(std::move(x));
+  }
+  const size_t dropped = list.size() - kept.size();
+  list = std::move(kept);
+  return dropped;
 }
 
 std::string InodeKey(uint64_t ino) {

@@ -4,7 +4,8 @@
 //   "default": "volume" -> VolumeRecord
 //              "next_ino" -> version + fixed64 (written as a merge operand
 //                            that keeps the maximum, see index.cc)
-//   "inodes":  ino (8 bytes big-endian)                 -> Inode
+//   "inodes":  ino (8 bytes big-endian)                 -> Inode (with its
+//                                                          extended attributes)
 //   "entries": parent ino (8 bytes big-endian) + name   -> version + child ino (fixed64)
 //   "orphans": ino (8 bytes big-endian)                 -> version byte only
 //                                                          (unlinked while open)
@@ -16,8 +17,15 @@
 // Decode checks the version and the exact length before reading and returns
 // EUCLEAN with the record named on anything malformed; it never reads out of
 // bounds, whatever the bytes.
+//
+// An inode's extended attributes live in its own record (version 2; an
+// inode without any is written as version 1, which older builds read), so
+// they are committed, renamed and removed with the inode by construction:
+// no attribute can outlive its inode or name another, and reading one
+// costs no index lookup beyond the inode's.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -37,6 +45,35 @@ inline constexpr std::string_view kVolumeKey = "volume";
 inline constexpr std::string_view kNextInoKey = "next_ino";
 // The version byte every value written by this build starts with.
 inline constexpr uint8_t kRecordVersion = 1;
+// The version of an inode record that carries extended attributes.
+inline constexpr uint8_t kInodeXattrVersion = 2;
+
+// Extended-attribute limits kvfs enforces (fs/xattr.h) and fsck checks.
+// Value: Linux's XATTR_SIZE_MAX. Per inode: names (each with its NUL) plus
+// values; the names alone also fit the kernel's 64 KiB listxattr buffer.
+inline constexpr size_t kXattrNameMax = 255;
+inline constexpr size_t kXattrValueMax = 64 << 10;
+inline constexpr size_t kXattrInodeMax = 128 << 10;
+inline constexpr size_t kXattrListMax = 64 << 10;
+
+// One extended attribute: the full name ("user.vllm.kv_crc32c") and value.
+struct Xattr {
+  std::string name;
+  std::string value;
+  bool operator==(const Xattr&) const = default;
+};
+
+// True for the names kvfs stores: "user." or "trusted." and a non-empty
+// rest, not under the reserved "user.kvfs." (fs/xattr.h has the rules).
+bool IsStoredXattrName(std::string_view name);
+// For fsck: OK if `list` is what fs/ writes (stored names of at most
+// kXattrNameMax bytes, values of at most kXattrValueMax, the per-inode
+// totals), else EUCLEAN naming the first attribute that is not.
+Status CheckXattrs(const std::vector<Xattr>& list);
+// Drops what CheckXattrs reports: attributes with a bad name or value,
+// then, in name order, those past the per-inode totals. Returns how many
+// were dropped.
+size_t RepairXattrs(std::vector<Xattr>& list);
 
 struct VolumeRecord {
   uint32_t format_version = 0;
@@ -74,6 +111,9 @@ struct Inode {
   // Sorted by file_off, non-overlapping. Bytes below `size` not covered by an
   // extent read as zeros (holes); extents never reach past AlignUp(size).
   std::vector<FileExtent> extents;
+  // Sorted by name, names unique. Decode accepts any lengths that fit the
+  // value (fsck reports those past the limits above); fs/ never writes them.
+  std::vector<Xattr> xattrs;
 
   std::string Encode() const;
   static Result<Inode> Decode(uint64_t ino, std::string_view v);

@@ -242,3 +242,81 @@ TEST(KeysTest, KeyToStringIsPrintable) {
 
 }  // namespace
 }  // namespace kvfs::index
+
+namespace kvfs::index {
+namespace {
+
+Inode WithXattrs() {
+  Inode in;
+  in.ino = 7;
+  in.mode = S_IFREG | 0644;
+  in.size = 5000;
+  in.extents = {FileExtent{0, Extent{0, 1 << 20, 8192}, 42}};
+  in.xattrs = {{"user.a", ""}, {"user.vllm.kv_crc32c", "1234"}, {"trusted.x", std::string(300, 'v')}};
+  std::sort(in.xattrs.begin(), in.xattrs.end(),
+            [](const Xattr& a, const Xattr& b) { return a.name < b.name; });
+  return in;
+}
+
+TEST(XattrRecordTest, InodeWithoutAttributesKeepsVersionOne) {
+  Inode in = WithXattrs();
+  in.xattrs.clear();
+  EXPECT_EQ(static_cast<uint8_t>(in.Encode()[0]), kRecordVersion);
+}
+
+TEST(XattrRecordTest, AttributesRoundTripInVersionTwo) {
+  const Inode in = WithXattrs();
+  const std::string enc = in.Encode();
+  EXPECT_EQ(static_cast<uint8_t>(enc[0]), kInodeXattrVersion);
+  Result<Inode> out = Inode::Decode(7, enc);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(*out, in);
+}
+
+TEST(XattrRecordTest, EveryTruncationOrByteFlipFailsCleanly) {
+  const std::string enc = WithXattrs().Encode();
+  for (size_t n = 0; n < enc.size(); ++n) {
+    Result<Inode> r = Inode::Decode(7, std::string_view(enc).substr(0, n));
+    EXPECT_FALSE(r.ok()) << n;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), EUCLEAN);
+    }
+  }
+  std::mt19937 rng(5);
+  for (int k = 0; k < 2000; ++k) {
+    std::string v = enc;
+    v[rng() % v.size()] = static_cast<char>(rng());
+    Result<Inode> r = Inode::Decode(7, v);  // never out of bounds, whatever it says
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), EUCLEAN);
+    }
+  }
+  std::string extra = enc + "x";
+  EXPECT_FALSE(Inode::Decode(7, extra).ok());
+}
+
+TEST(XattrRecordTest, UnsortedOrRepeatedNamesAreMalformed) {
+  Inode in = WithXattrs();
+  std::swap(in.xattrs[0], in.xattrs[1]);
+  EXPECT_EQ(Inode::Decode(7, in.Encode()).status().code(), EUCLEAN);
+  in = WithXattrs();
+  in.xattrs[1].name = in.xattrs[0].name;
+  EXPECT_EQ(Inode::Decode(7, in.Encode()).status().code(), EUCLEAN);
+}
+
+TEST(XattrRecordTest, CheckAndRepairEnforceTheLimits) {
+  std::vector<Xattr> ok = WithXattrs().xattrs;
+  EXPECT_TRUE(CheckXattrs(ok).ok());
+  std::vector<Xattr> bad = ok;
+  bad.push_back({"user.z", std::string(kXattrValueMax + 1, 'v')});
+  EXPECT_EQ(CheckXattrs(bad).code(), EUCLEAN);
+  EXPECT_EQ(RepairXattrs(bad), 1u);
+  EXPECT_EQ(bad, ok);
+  EXPECT_FALSE(IsStoredXattrName("user."));
+  EXPECT_FALSE(IsStoredXattrName("user.kvfs.prefetch"));
+  EXPECT_FALSE(IsStoredXattrName("security.capability"));
+  EXPECT_TRUE(IsStoredXattrName("trusted.t"));
+}
+
+}  // namespace
+}  // namespace kvfs::index

@@ -335,8 +335,8 @@ def test_errno_of_common_mistakes(vol):
         os.mkfifo(vol.p("fifo"))
     assert e.value.errno in (errno.EPERM, errno.EOPNOTSUPP)
     with pytest.raises(OSError) as e:
-        os.setxattr(vol.p("fresh"), "user.test", b"v")
-    assert e.value.errno in (errno.EPERM, errno.EOPNOTSUPP)
+        os.setxattr(vol.p("fresh"), "security.kvfs_test", b"v")
+    assert e.value.errno == errno.EOPNOTSUPP
     for name in ("hard", "soft", "fifo"):
         assert not os.path.lexists(vol.p(name))
     # mknod of a regular file is create.

@@ -1,0 +1,93 @@
+// Extended attributes (rules and errno: fs/xattr.h).
+//
+// user.kvfs.prefetch is a hint, not an attribute: setting it (any value)
+// prefetches the file or directory, and it is never stored. Other
+// user.kvfs.* names are reserved. security.* and system.* get ENODATA (set:
+// EOPNOTSUPP) here from the name alone: the kernel asks for
+// security.capability around writes, and that answer touches no inode.
+// The control directory (.kvfs/) has no attributes.
+#include <string>
+
+#include "fs/xattr.h"
+#include "fuse/control.h"
+#include "fuse/ops.h"
+#include "fuse/reply.h"
+
+namespace kvfs::fuse::ops {
+
+namespace {
+
+// getxattr/listxattr's size protocol: size 0 asks for the length, a buffer
+// too small for `value` is ERANGE.
+void ReplySized(fuse_req_t req, const std::string& value, size_t size) {
+  if (size == 0) {
+    fuse_reply_xattr(req, value.size());
+  } else if (size < value.size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, value.data(), value.size());
+  }
+}
+
+}  // namespace
+
+void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+              int flags) {
+  if (control::Owns(ino)) {
+    ReplyStatus(req, Status::Error(EOPNOTSUPP, ".kvfs: no extended attributes"), "setxattr");
+    return;
+  }
+  SessionState& s = StateOf(req);
+  if (control::kPrefetchXattr == name) {
+    ReplyStatus(req, NoThrow([&] { return s.fs->Prefetch(ino); }), "setxattr");
+    return;
+  }
+  const fs::Caller caller = CallerOf(req);
+  ReplyStatus(req, NoThrow([&] {
+                return s.fs->SetXattr(ino, name, std::string_view(value, size), flags, caller);
+              }),
+              "setxattr");
+}
+
+void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  if (control::Owns(ino) || fs::xattr::IsNeverStored(name)) {
+    fuse_reply_err(req, ENODATA);
+    return;
+  }
+  SessionState& s = StateOf(req);
+  const fs::Caller caller = CallerOf(req);
+  Result<std::string> r = NoThrow([&] { return s.fs->GetXattr(ino, name, caller); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "getxattr");
+    return;
+  }
+  ReplySized(req, *r, size);
+}
+
+void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  if (control::Owns(ino)) {
+    ReplySized(req, std::string(), size);
+    return;
+  }
+  SessionState& s = StateOf(req);
+  const fs::Caller caller = CallerOf(req);
+  Result<std::string> r = NoThrow([&] { return s.fs->ListXattr(ino, caller); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "listxattr");
+    return;
+  }
+  ReplySized(req, *r, size);
+}
+
+void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  if (control::Owns(ino)) {
+    fuse_reply_err(req, ENODATA);
+    return;
+  }
+  SessionState& s = StateOf(req);
+  const fs::Caller caller = CallerOf(req);
+  ReplyStatus(req, NoThrow([&] { return s.fs->RemoveXattr(ino, name, caller); }),
+              "removexattr");
+}
+
+}  // namespace kvfs::fuse::ops
