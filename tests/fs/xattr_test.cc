@@ -76,6 +76,14 @@ TEST_F(XattrFsTest, KeptAcrossRenameAndRemountRemovedWithTheInode) {
   EXPECT_EQ(vol_->index().GetInode(a->ino).status().code(), ENOENT);  // record and attributes
 }
 
+TEST_F(XattrFsTest, SecurityNamesAreAnsweredWithoutLookingAtTheInode) {
+  const Caller me{0, 0, 1, {}};
+  // No such inode: an answer that needed it would be ENOENT.
+  EXPECT_EQ(fs_->GetXattr(999999, "security.capability", me).status().code(), ENODATA);
+  EXPECT_EQ(fs_->GetXattr(999999, "system.posix_acl_access", me).status().code(), ENODATA);
+  EXPECT_EQ(fs_->GetXattr(999999, "user.x", me).status().code(), ENOENT);
+}
+
 TEST_F(XattrFsTest, UnlinkedButOpenFileKeepsItsAttributesUntilClose) {
   const Caller me{0, 0, 1, {}};
   auto c = fs_->Create(kRootIno, "f", 0644, O_RDWR, me);

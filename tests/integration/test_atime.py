@@ -108,3 +108,40 @@ def test_ten_thousand_reads_make_bounded_commits(vol):
     # commit per read (the flush comes every atime_flush_s).
     assert after["atime"]["updates"] - before["atime"]["updates"] <= 1
     assert after["commits"]["index"] - before["commits"]["index"] <= 2
+
+
+def test_a_crash_loses_at_most_the_flush_interval(make_volume):
+    """kill -9: atimes flushed before it are kept, later ones are lost, and
+    nothing else (the data and names are whole, fsck is clean)."""
+    import signal
+    import subprocess
+    from conftest import FUSERMOUNT, _live_mounts
+    v = make_volume("crash", options="atime_flush_s=1")
+    v.mount.start()
+    flushed, lost = v.p("flushed"), v.p("lost")
+    make(flushed)
+    make(lost)
+    os.sync()
+    time.sleep(0.01)
+    read(flushed)
+    kept = os.stat(flushed).st_atime_ns
+    deadline = time.monotonic() + 10
+    while stats(v)["atime"]["flushes"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # the flush's change commits (5 ms group interval)
+    before = os.stat(lost).st_atime_ns
+    read(lost)
+    assert os.stat(lost).st_atime_ns > before
+    v.mount.proc.send_signal(signal.SIGKILL)  # before the next flush
+    v.mount.proc.wait(timeout=60)
+    subprocess.run([FUSERMOUNT, "-u", "-z", v.mount.path], capture_output=True)
+    v.mount.proc = None
+    if v.mount in _live_mounts:
+        _live_mounts.remove(v.mount)
+    v.mount.log.close()
+    v.mount.start()
+    assert os.stat(flushed).st_atime_ns == kept
+    assert os.stat(lost).st_atime_ns == before
+    with open(flushed, "rb") as f:
+        assert f.read() == b"0123456789"
+    v.mount.stop()

@@ -135,6 +135,26 @@ def test_every_errno(vol):
     assert os.getxattr(d, "user.tag") == b"dir"
 
 
+def test_writes_ask_no_security_attributes(vol):
+    """The kernel may ask for security.capability around writes: on kvfs a
+    write causes no GETXATTR (and one that came would be answered from the
+    name alone, fuse/ops_xattr.cc)."""
+    import json
+
+    def getxattrs():
+        with open(vol.p(".kvfs", "stats")) as f:
+            return json.load(f)["requests"].get("getxattr", 0)
+
+    p = vol.p("w")
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+    os.setxattr(fd, "user.x", b"1")  # a file that has attributes
+    before = getxattrs()
+    for i in range(200):
+        os.pwrite(fd, b"y" * 4096, i * 4096)
+    os.close(fd)
+    assert getxattrs() == before
+
+
 def test_thousand_files_listed_and_removed(vol):
     d = vol.p("many")
     os.mkdir(d)
