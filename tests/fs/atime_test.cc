@@ -98,13 +98,19 @@ TEST_F(AtimeFsTest, MovedAtimeRidesTheNextCommitOfTheInode) {
   EXPECT_EQ(vol_->index().GetInode(ino)->atime_ns, moved);
 }
 
-class AtimeFlushTest : public AtimeFsTest {
+// AtimeFsTest with another mode or flush interval.
+template <AtimeMode kMode, unsigned kFlushMs = 3600 * 1000>
+class AtimeModeTest : public AtimeFsTest {
  protected:
   void SetUp() override {
-    flush_ms_ = 50;
+    mode_ = kMode;
+    flush_ms_ = kFlushMs;
     AtimeFsTest::SetUp();
   }
 };
+using AtimeFlushTest = AtimeModeTest<AtimeMode::kRelatime, 50>;
+using NoatimeTest = AtimeModeTest<AtimeMode::kNoatime>;
+using StrictatimeTest = AtimeModeTest<AtimeMode::kStrictatime>;
 
 TEST_F(AtimeFlushTest, PeriodicFlushWritesMovedAtimesInOneCommit) {
   std::vector<uint64_t> inos;
@@ -124,28 +130,12 @@ TEST_F(AtimeFlushTest, PeriodicFlushWritesMovedAtimesInOneCommit) {
   }
 }
 
-class NoatimeTest : public AtimeFsTest {
- protected:
-  void SetUp() override {
-    mode_ = AtimeMode::kNoatime;
-    AtimeFsTest::SetUp();
-  }
-};
-
 TEST_F(NoatimeTest, ReadsNeverMoveAtime) {
   const uint64_t ino = Store(kRootIno, "k", "0123456789");
   const int64_t before = fs_->GetAttr(ino)->atime_ns;
   EXPECT_EQ(ReadOnce(ino), before);
   EXPECT_EQ(fs_->Stats().atime_updates, 0u);
 }
-
-class StrictatimeTest : public AtimeFsTest {
- protected:
-  void SetUp() override {
-    mode_ = AtimeMode::kStrictatime;
-    AtimeFsTest::SetUp();
-  }
-};
 
 TEST_F(StrictatimeTest, EveryReadMovesAtimeButCommitsStayBatched) {
   const uint64_t ino = Store(kRootIno, "k", "0123456789");
