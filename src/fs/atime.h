@@ -1,7 +1,8 @@
 // Access times: when a use of a file moves its atime, and how the moved
 // atimes reach the index without an index write per read.
 //
-// Rules (AtimeDue), as Linux's mount options:
+// Rules (AtimeDue), as Linux's mount options, for a file's read or open
+// for reading and a directory's listing (OpenDir):
 //   relatime (default): a read or an open for reading sets atime to now
 //     when atime is not newer than mtime or ctime, or is 24 hours old or
 //     more.

@@ -342,6 +342,7 @@ Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
       std::lock_guard<std::mutex> l(d->mu);
       if (!d->is_dir()) return Status::Error(ENOTDIR, "opendir");
       parent = d->rec.parent ? d->rec.parent : kRootIno;
+      NoteUse(d, NowNs());  // the listing reads the directory
     }
     // Names changed but not yet committed override the index's listing.
     std::map<std::string, uint64_t, std::less<>> overlay;

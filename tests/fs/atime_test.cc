@@ -68,6 +68,23 @@ TEST_F(AtimeFsTest, FirstReadAfterAWriteMovesAtimeThenItHolds) {
   EXPECT_EQ(ReadOnce(ino), first);  // newer than mtime and ctime: relatime holds it
 }
 
+TEST_F(AtimeFsTest, ListingADirectoryMovesItsAtimeAfterItChanged) {
+  const Caller me{0, 0, 1, {}};
+  auto d = fs_->MkDir(kRootIno, "d", 0755, me);
+  ASSERT_TRUE(d.ok());
+  Store(d->ino, "k", "abc");  // the directory's mtime moves past its atime
+  const int64_t before = fs_->GetAttr(d->ino)->atime_ns;
+  auto dh = fs_->OpenDir(d->ino);
+  ASSERT_TRUE(dh.ok());
+  fs_->ReleaseDir(*dh);
+  const int64_t listed = fs_->GetAttr(d->ino)->atime_ns;
+  EXPECT_GT(listed, before);
+  dh = fs_->OpenDir(d->ino);
+  ASSERT_TRUE(dh.ok());
+  fs_->ReleaseDir(*dh);
+  EXPECT_EQ(fs_->GetAttr(d->ino)->atime_ns, listed);  // unchanged since: relatime holds
+}
+
 TEST_F(AtimeFsTest, TenThousandReadsMakeAtMostOneCommit) {
   const uint64_t ino = Store(kRootIno, "k", "0123456789");
   ASSERT_TRUE(fs_->Sync().ok());
