@@ -108,14 +108,15 @@ Result<InodeRef> FileSystem::Impl::CheckReplace(const InodeRef& p, std::string_v
 // Space for every chunk of a `size`-byte file, reserved before any byte is
 // written: a full volume fails the call with ENOSPC (after waiting once for
 // queued commits) and leaves the old file as it was.
-static Status ReserveWholeFile(volume::Volume& volume, uint64_t size, std::vector<ChunkPlan>* plan,
+static Status ReserveWholeFile(volume::Volume& volume, uint64_t size, uint64_t seed,
+                               std::vector<ChunkPlan>* plan,
                                const std::function<void(std::vector<ChunkPlan>&)>& free_plan) {
   const uint64_t nchunks = (size + kChunkBytes - 1) / kChunkBytes;
   plan->assign(nchunks, ChunkPlan{});
   for (uint64_t ci = 0; ci < nchunks; ++ci) {
     ChunkPlan& c = (*plan)[ci];
     c.valid = std::min(kChunkBytes, size - ci * kChunkBytes);
-    auto a = volume.Allocate(AlignUp(c.valid, kBlockSize));
+    auto a = volume.Allocate(AlignUp(c.valid, kBlockSize), volume::PlacementHint{seed, ci});
     if (!a.ok()) {
       free_plan(*plan);
       return a.status();
@@ -192,7 +193,10 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
   }
   Status st = WithSpace(
       [&] {
-        return ReserveWholeFile(volume_, ws->size, &ws->plan,
+        // The inode does not exist yet: its name spreads it over the devices.
+        const uint64_t seed =
+            volume::NameSeed(ws->parent.ref()->ino, ws->leaf.data(), ws->leaf.size());
+        return ReserveWholeFile(volume_, ws->size, seed, &ws->plan,
                                 [this, &ws](std::vector<ChunkPlan>&) { ws->FreePlan(*this); });
       },
       nullptr);

@@ -103,10 +103,11 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
   std::vector<Extent> alloc;
   Status reserved = WithSpace(
       [&]() -> Status {
-        auto a = volume_.Allocate(want);
+        const volume::PlacementHint hint{inode->ino, ci};
+        auto a = volume_.Allocate(want, hint);
         if (!a.ok() && a.status().code() == ENOSPC && want == kChunkBytes) {
           want = AlignUp(write_hi, kBlockSize);
-          a = volume_.Allocate(want);
+          a = volume_.Allocate(want, hint);
         }
         if (!a.ok()) return a.status();
         alloc = std::move(a).value();
@@ -237,7 +238,7 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
     uint64_t need = AlignUp(std::max(hi, cb.valid), kBlockSize);
     uint64_t have = TotalLen(cb.alloc);
     if (need > have) {
-      auto more = volume_.Allocate(need - have);
+      auto more = volume_.Allocate(need - have, volume::PlacementHint{i->ino, ci});
       if (!more.ok()) {
         if (pos > off) break;
         return more.status();

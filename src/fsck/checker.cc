@@ -1,5 +1,6 @@
 #include "fsck/checker.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -113,6 +114,21 @@ void CountStats(const Model& m, const ExtentMap& map, Stats* s) {
   s->inodes = s->directories + s->files;
   s->extents = map.spans.size();
   s->data_bytes = map.bytes;
+  // Spans are sorted by device: count each file once per device.
+  s->device_bytes.clear();
+  s->device_files.clear();
+  std::vector<std::pair<uint32_t, uint32_t>> seen;  // (device, inode)
+  for (const Span& sp : map.spans) {
+    if (sp.device >= s->device_bytes.size()) {
+      s->device_bytes.resize(sp.device + 1);
+      s->device_files.resize(sp.device + 1);
+    }
+    s->device_bytes[sp.device] += sp.end - sp.off;
+    seen.emplace_back(sp.device, sp.inode);
+  }
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  for (const auto& [d, ino] : seen) ++s->device_files[d];
 }
 
 // Loads and runs the metadata checks (no data reads beyond the few extents
@@ -172,6 +188,8 @@ Report Check(const CheckOptions& o) {
     return report;
   }
   CountStats(m, map, &report.stats);
+  report.stats.device_bytes.resize(std::max(report.stats.device_bytes.size(), v.devices.size()));
+  report.stats.device_files.resize(report.stats.device_bytes.size());
   report.stats.metadata_seconds = Since(start);
 
   if (o.verify_data) {

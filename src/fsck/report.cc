@@ -76,6 +76,13 @@ std::string Report::ToJson() const {
       {"verify_seconds", stats.verify_seconds},
       {"repair_seconds", stats.repair_seconds},
   };
+  nlohmann::json per_device = nlohmann::json::array();
+  for (size_t d = 0; d < stats.device_bytes.size(); ++d) {
+    per_device.push_back({{"device", d},
+                          {"bytes", stats.device_bytes[d]},
+                          {"files", d < stats.device_files.size() ? stats.device_files[d] : 0}});
+  }
+  j["stats"]["per_device"] = std::move(per_device);
   // Invalid UTF-8 in names (they are arbitrary bytes) must not abort the
   // dump: replace it.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -36,6 +36,10 @@ struct Stats {
   uint64_t orphans = 0;
   uint64_t extents = 0;
   uint64_t data_bytes = 0;      // bytes referenced by extents
+  // Per device index: bytes referenced by extents on it, and files with at
+  // least one extent on it (those a failure of that device would hit).
+  std::vector<uint64_t> device_bytes;
+  std::vector<uint64_t> device_files;
   uint64_t verified_bytes = 0;  // bytes read by --verify-data
   double metadata_seconds = 0;  // opening + index checks, of which:
   double open_seconds = 0;      //   devices, superblocks, index open
@@ -65,7 +69,8 @@ struct Report {
   //   findings [{kind, severity ("error" | "info"), ino (null | n), path,
   //              problem, fix (null | text), repaired, line}],
   //   errors, repaired, stats {inodes, directories, files, entries, orphans,
-  //   extents, data_bytes, verified_bytes, *_seconds}.
+  //   extents, data_bytes, verified_bytes, *_seconds,
+  //   per_device [{device, bytes, files}]}.
   // Names that are not UTF-8 have their bad bytes replaced (U+FFFD).
   std::string ToJson() const;
   // A one-line summary for the end of the text output.

@@ -70,8 +70,12 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::vector<std::string>& dev
   for (auto& d : v->devices_) devs.push_back(d.get());
   KVFS_ASSIGN_OR_RETURN(v->engine_, device::IoEngine::Create(devs, options.engine));
   v->io_ = v->engine_.get();
+  if (!options.shapes.empty()) {
+    v->shaped_ = std::make_unique<device::ShapedIo>(*v->engine_, options.shapes);
+    v->io_ = v->shaped_.get();
+  }
   if (options.wrap_io) {
-    v->wrapper_ = options.wrap_io(*v->engine_);
+    v->wrapper_ = options.wrap_io(*v->io_);
     v->io_ = v->wrapper_.get();
   }
   return v;
@@ -81,6 +85,7 @@ Volume::~Volume() {
   // Order matters: the wrapper and the engine complete every request
   // (callbacks may touch the index) before the index closes.
   wrapper_.reset();
+  shaped_.reset();
   engine_.reset();
   index_.reset();
 }
@@ -129,16 +134,15 @@ Status Volume::RebuildFreeSpace() {
   return Status::OK();
 }
 
-Result<std::vector<Extent>> Volume::Allocate(uint64_t bytes) {
+Result<std::vector<Extent>> Volume::Allocate(uint64_t bytes, const PlacementHint& hint) {
   if (read_only_) return Status::Error(EROFS, "volume is open read-only");
-  // The device with the most free space first; another if it cannot hold it.
-  std::vector<size_t> order(allocators_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return allocators_[a]->free_bytes() > allocators_[b]->free_bytes();
-  });
+  std::vector<uint64_t> free_bytes(allocators_.size()), region(allocators_.size());
+  for (size_t i = 0; i < allocators_.size(); ++i) {
+    free_bytes[i] = allocators_[i]->free_bytes();
+    region[i] = allocators_[i]->region_len();
+  }
   Status last = Status::Error(ENOSPC, "no free space");
-  for (size_t i : order) {
+  for (uint32_t i : PlacementOrder(hint, free_bytes, region)) {
     auto r = allocators_[i]->Allocate(bytes);
     if (r.ok()) return r;
     last = r.status();

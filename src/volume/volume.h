@@ -26,8 +26,10 @@
 #include "device/block_device.h"
 #include "device/block_io.h"
 #include "device/io_engine.h"
+#include "device/shaped_io.h"
 #include "device/superblock.h"
 #include "index/index.h"
+#include "volume/placement.h"
 
 namespace kvfs::volume {
 
@@ -43,6 +45,10 @@ struct VolumeOptions {
   // Tests: interposes a wrapper (fault injection) between the volume's
   // users and the real engine. Gets the engine; returns what io() serves.
   std::function<std::unique_ptr<device::BlockIo>(device::BlockIo&)> wrap_io;
+  // Tests and benchmarks: non-empty puts a device::ShapedIo (one shape per
+  // device) over the real engine, below wrap_io, so that image files behave
+  // like drives of that speed.
+  std::vector<device::DeviceShape> shapes;
 };
 
 struct SpaceStats {
@@ -82,9 +88,9 @@ class Volume {
   uint64_t reclaimed_orphans() const { return reclaimed_orphans_; }
 
   // Allocates `bytes` (rounded up to kBlockSize) of free space, on the
-  // device with the most free space, preferring one extent. ENOSPC if no
-  // device has room (nothing is allocated then).
-  Result<std::vector<Extent>> Allocate(uint64_t bytes);
+  // device placement.h's rule picks for `hint`, preferring one extent.
+  // ENOSPC if no device has room (nothing is allocated then).
+  Result<std::vector<Extent>> Allocate(uint64_t bytes, const PlacementHint& hint = {});
   // Returns extents to free space. EINVAL if one was already free (the
   // others are still freed); callers treat that as a bug to report.
   Status Free(const std::vector<Extent>& extents);
@@ -101,8 +107,9 @@ class Volume {
   std::unique_ptr<index::Index> index_;
   std::vector<std::unique_ptr<alloc::ExtentAllocator>> allocators_;  // by device index
   std::unique_ptr<device::IoEngine> engine_;
-  std::unique_ptr<device::BlockIo> wrapper_;  // optional, wraps engine_
-  device::BlockIo* io_ = nullptr;             // wrapper_ or engine_
+  std::unique_ptr<device::ShapedIo> shaped_;  // optional, wraps engine_
+  std::unique_ptr<device::BlockIo> wrapper_;  // optional, wraps shaped_ or engine_
+  device::BlockIo* io_ = nullptr;             // wrapper_, shaped_ or engine_
   uint64_t reclaimed_orphans_ = 0;
 };
 

@@ -1,0 +1,151 @@
+#include "device/shaped_io.h"
+
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <utility>
+
+namespace kvfs::device {
+
+namespace {
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// A whole unsigned decimal number, or false.
+bool ParseNumber(const std::string& t, uint64_t* out) {
+  if (t.empty() || t[0] < '0' || t[0] > '9') return false;
+  char* e = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(t.c_str(), &e, 10);
+  if (*e != '\0' || errno != 0) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<DeviceShape>> ParseDeviceShapes(const std::string& spec, uint32_t devices) {
+  std::vector<DeviceShape> all(devices);
+  if (spec.empty()) return all;
+  std::vector<std::pair<uint32_t, DeviceShape>> overrides;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find('/', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string rule = spec.substr(start, end - start);
+    std::vector<std::string> f;
+    for (size_t a = 0;;) {
+      size_t b = rule.find(':', a);
+      f.push_back(rule.substr(a, b == std::string::npos ? std::string::npos : b - a));
+      if (b == std::string::npos) break;
+      a = b + 1;
+    }
+    auto bad = [&](const std::string& why) {
+      return Status::Error(EINVAL, "shape: rule '" + rule + "': " + why +
+                                       " (want LAT_US:MB_S[:DEVICE])");
+    };
+    if (f.size() != 2 && f.size() != 3) return bad("wrong number of fields");
+    uint64_t lat_us = 0, mbps = 0, dev = 0;
+    if (!ParseNumber(f[0], &lat_us) || lat_us > 1'000'000) return bad("LAT_US is not 0..1000000");
+    if (!ParseNumber(f[1], &mbps) || mbps == 0 || mbps > 1'000'000) {
+      return bad("MB_S is not 1..1000000");
+    }
+    DeviceShape s{lat_us * 1000, mbps * 1'000'000};
+    if (f.size() == 3) {
+      if (!ParseNumber(f[2], &dev) || dev >= devices) return bad("DEVICE past the last device");
+      overrides.emplace_back(static_cast<uint32_t>(dev), s);
+    } else {
+      for (auto& d : all) d = s;
+    }
+    start = end + 1;
+  }
+  for (const auto& [d, s] : overrides) all[d] = s;
+  return all;
+}
+
+ShapedIo::ShapedIo(BlockIo& inner, std::vector<DeviceShape> shapes)
+    : inner_(inner), shapes_(std::move(shapes)) {
+  shapes_.resize(inner_.device_count());
+  pipe_free_ns_.assign(shapes_.size(), 0);
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+ShapedIo::~ShapedIo() {
+  std::unique_lock<std::mutex> l(mu_);
+  idle_cv_.wait(l, [this] { return outstanding_ == 0; });
+  stop_ = true;
+  cv_.notify_all();
+  l.unlock();
+  timer_.join();
+}
+
+void ShapedIo::Finish(std::function<void(Status)>& done, Status st) {
+  done(std::move(st));
+  std::lock_guard<std::mutex> l(mu_);
+  if (--outstanding_ == 0) idle_cv_.notify_all();
+}
+
+void ShapedIo::Submit(std::span<IoRequest> reqs) {
+  const uint64_t now = NowNs();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    outstanding_ += reqs.size();
+    for (IoRequest& r : reqs) {
+      uint64_t due = now;
+      if (r.device < shapes_.size()) {
+        const DeviceShape& s = shapes_[r.device];
+        uint64_t& pipe = pipe_free_ns_[r.device];
+        uint64_t xfer = r.op == IoOp::kFlush
+                            ? 0
+                            : static_cast<uint64_t>(static_cast<unsigned __int128>(r.len) *
+                                                    1'000'000'000ull / s.bytes_per_s);
+        pipe = std::max(pipe, now) + xfer;
+        due = pipe + s.latency_ns;
+      }
+      r.done = [this, due, done = std::move(r.done)](Status st) mutable {
+        if (NowNs() >= due) {
+          Finish(done, std::move(st));
+          return;
+        }
+        std::lock_guard<std::mutex> l(mu_);
+        bool first = due_.empty() || due < due_.top().at_ns;
+        due_.push(Due{due, std::move(done), std::move(st)});
+        if (first) cv_.notify_one();
+      };
+    }
+  }
+  inner_.Submit(reqs);
+}
+
+void ShapedIo::TimerLoop() {
+  // The default 50 us timer slack is most of a modelled command's latency.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    if (due_.empty()) {
+      if (stop_) return;
+      cv_.wait(l);
+      continue;
+    }
+    const uint64_t at = due_.top().at_ns;
+    const uint64_t now = NowNs();
+    if (now < at) {
+      cv_.wait_for(l, std::chrono::nanoseconds(at - now));
+      continue;
+    }
+    Due d = std::move(const_cast<Due&>(due_.top()));
+    due_.pop();
+    l.unlock();
+    d.done(std::move(d.st));
+    l.lock();
+    if (--outstanding_ == 0) idle_cv_.notify_all();
+  }
+}
+
+}  // namespace kvfs::device

@@ -1,0 +1,187 @@
+"""One kvfs volume over four image devices, on a real mount.
+
+Where each chunk went is read from the images themselves: every 1 MiB chunk
+written here starts with a tag naming its file and chunk, and after the
+unmount the images are scanned for the tags (kvfs writes a chunk as one
+block-aligned extent). fsck --json's per_device stats give the used bytes.
+"""
+import errno
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+import conftest
+from conftest import KVFS_BIN, MiB, Mount, _live_mounts, mounted_fstype
+
+# The FUSE transport under test, where conftest selects one.
+with_transport = getattr(conftest, "with_transport", lambda options: options)
+
+FSCK_BIN = os.environ.get("FSCK_KVFS_BIN", "")
+needs_fsck = pytest.mark.skipif(not FSCK_BIN, reason="FSCK_KVFS_BIN not set")
+NDEV = 4
+TAG = b"KVFSTAG:"
+
+
+class MultiMount(Mount):
+    """Mount, with several devices before the mount point."""
+
+    def __init__(self, devices, path, options=None):
+        super().__init__(devices[0], path, options)
+        self.devices = devices
+
+    def start(self):
+        self.conn = None
+        args = [KVFS_BIN, "-f"]
+        options = with_transport(self.options)
+        if options:
+            args += ["-o", options]
+        args += [*self.devices, self.path]
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while mounted_fstype(self.path) != "fuse.kvfs":
+            rc = self.proc.poll()
+            if rc is not None:
+                self.proc = None
+                pytest.fail(f"kvfs exited with {rc} before mounting: {self.read_log()}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                pytest.fail(f"kvfs did not mount within 30 s: {self.read_log()}")
+            time.sleep(0.01)
+        self.conn = os.minor(os.stat(self.path).st_dev)
+        _live_mounts.append(self)
+
+
+@pytest.fixture
+def vol4(workdir):
+    devs = [os.path.join(workdir, f"dev{i}.img") for i in range(NDEV)]
+    r = subprocess.run([os.environ["MKFS_KVFS_BIN"], "-f", "-q", "--size", str(160 * MiB),
+                        *devs], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    mnt = os.path.join(workdir, "mnt")
+    os.mkdir(mnt)
+    m = MultiMount(devs, mnt)
+    m.start()
+    try:
+        yield m
+        if m.proc is not None:
+            m.stop()
+    finally:
+        m.kill()
+
+
+def chunk(name, i, size=MiB):
+    head = TAG + f"{name}#{i};".encode()
+    unit = f"{name}:{i}:".encode()
+    body = unit * (size // len(unit) + 1)
+    return (head + body)[:size]
+
+
+def write_file(path, name, nchunks):
+    with open(path, "wb") as f:
+        for i in range(nchunks):
+            f.write(chunk(name, i))
+
+
+def read_equal(path, name, nchunks):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert len(data) == nchunks * MiB
+    for i in range(nchunks):
+        assert data[i * MiB:(i + 1) * MiB] == chunk(name, i), f"{path} chunk {i}"
+
+
+def where(devices):
+    """{(name, chunk): device index} from the tags on the images."""
+    found = {}
+    for d, img in enumerate(devices):
+        with open(img, "rb") as f:
+            while True:
+                buf = f.read(8 * MiB)
+                if not buf:
+                    break
+                for off in range(0, len(buf), 4096):
+                    if buf[off:off + 8] == TAG:
+                        end = buf.index(b";", off)
+                        name, i = buf[off + 8:end].decode().split("#")
+                        found[(name, int(i))] = d
+    return found
+
+
+def fsck_json(devices):
+    r = subprocess.run([FSCK_BIN, "-n", "--json", *devices], capture_output=True, text=True)
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and rep["errors"] == 0, r.stdout + r.stderr
+    return rep
+
+
+@needs_fsck
+def test_large_file_and_serial_keys_spread_over_every_device(vol4):
+    # 64 MiB file: its chunks stripe over all four devices.
+    write_file(os.path.join(vol4.path, "big"), "big", 64)
+    # A serial loop of one-chunk keys: consecutive keys start on different devices.
+    for k in range(40):
+        write_file(os.path.join(vol4.path, f"k{k}"), f"k{k}", 1)
+    read_equal(os.path.join(vol4.path, "big"), "big", 64)
+    vol4.stop()
+    vol4.start()  # remount: still byte-exact
+    read_equal(os.path.join(vol4.path, "big"), "big", 64)
+    for k in range(40):
+        read_equal(os.path.join(vol4.path, f"k{k}"), f"k{k}", 1)
+    vol4.stop()
+    loc = where(vol4.devices)
+    big = [loc[("big", i)] for i in range(64)]
+    per = [big.count(d) for d in range(NDEV)]
+    assert min(per) >= 14, f"64 MiB file chunks per device: {per}"
+    keys = [loc[(f"k{k}", 0)] for k in range(40)]
+    assert min(keys.count(d) for d in range(NDEV)) >= 5, f"serial keys per device: {keys}"
+    rep = fsck_json(vol4.devices)
+    assert len(rep["stats"]["per_device"]) == NDEV
+    assert all(p["files"] > 0 for p in rep["stats"]["per_device"]), rep["stats"]["per_device"]
+
+
+@needs_fsck
+def test_keys_leave_used_space_balanced(vol4):
+    # 120 keys of 4 MiB fill 480 MiB of 640; then every third is deleted and
+    # 1 MiB keys (one chunk each: the hash alone picks the device) take the space.
+    for k in range(120):
+        write_file(os.path.join(vol4.path, f"k{k}"), f"k{k}", 4)
+    for k in range(0, 120, 3):
+        os.unlink(os.path.join(vol4.path, f"k{k}"))
+    for k in range(100):
+        write_file(os.path.join(vol4.path, f"s{k}"), f"s{k}", 1)
+    vol4.stop()
+    used = [p["bytes"] for p in fsck_json(vol4.devices)["stats"]["per_device"]]
+    assert max(used) <= 1.1 * min(used), f"used bytes per device: {used}"
+
+
+def test_eio_on_one_device_fails_only_its_files(vol4):
+    for k in range(24):
+        write_file(os.path.join(vol4.path, f"k{k}"), f"k{k}", 1)
+    write_file(os.path.join(vol4.path, "big"), "big", 8)
+    vol4.stop()
+    loc = where(vol4.devices)
+    bad = 1
+    vol4.options = f"fault_eio=read:0:{1 << 40}:{bad}"
+    vol4.start()
+    on_bad = [k for k in range(24) if loc[(f"k{k}", 0)] == bad]
+    assert on_bad and len(on_bad) < 24
+    for k in range(24):
+        p = os.path.join(vol4.path, f"k{k}")
+        if k in on_bad:
+            with pytest.raises(OSError) as e:
+                with open(p, "rb") as f:
+                    f.read()
+            assert e.value.errno == errno.EIO
+        else:
+            read_equal(p, f"k{k}", 1)
+    with pytest.raises(OSError) as e:  # striped over every device, so over the bad one
+        with open(os.path.join(vol4.path, "big"), "rb") as f:
+            f.read()
+    assert e.value.errno == errno.EIO
+    # Writes keep working (devices are only failing reads here).
+    write_file(os.path.join(vol4.path, "new"), "new", 2)
+    vol4.stop()
