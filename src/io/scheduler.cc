@@ -46,6 +46,9 @@ constexpr uint64_t kMiB = 1 << 20;
 // scheduler instances: each use is emptied before any callback can run on
 // the thread (io_.Submit() never runs one inline), so no use nests.
 thread_local std::vector<device::IoRequest> tls_dispatch;
+// Pump()'s per-device flags, reused so that a pass allocates nothing.
+thread_local std::vector<uint8_t> tls_full;
+thread_local std::vector<uint8_t> tls_blocked;
 
 }  // namespace
 
@@ -122,7 +125,12 @@ Status SchedulerOptions::Validate() const {
 }
 
 Scheduler::Scheduler(device::BlockIo& io, const SchedulerOptions& options)
-    : io_(io), options_(options) {
+    : io_(io),
+      options_(options),
+      slots_(static_cast<size_t>(io.device_count()) + 1),
+      device_inflight_(slots_, 0),
+      device_stats_(new DeviceStats[slots_]) {
+  for (LaneState& s : lanes_) s.dev.assign(slots_, DeviceShare{});
   Status st = options_.Validate();
   if (!st.ok()) {
     std::fprintf(stderr, "kvfs: %s\n", st.ToString().c_str());
@@ -245,6 +253,9 @@ void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>*
   const LaneState& rd = lanes_[LaneIndex(Lane::kRead)];
   const LaneState& pf = lanes_[LaneIndex(Lane::kPrefetch)];
   const bool reading = rd.inflight > 0 || !rd.queue.empty() || pf.inflight > 0 || !pf.queue.empty();
+  // Devices whose room a higher lane's request is waiting for.
+  std::vector<uint8_t>& device_blocked = tls_blocked;
+  device_blocked.assign(slots_, 0);
   for (Lane lane : kLanePriority) {
     const size_t li = LaneIndex(lane);
     LaneState& s = lanes_[li];
@@ -252,33 +263,58 @@ void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>*
     if (lane == Lane::kWrite && reading) {
       limit.max_commands = std::max<uint32_t>(1, limit.max_commands / kWriteDivisorWhileReading);
     }
-    while (!s.queue.empty()) {
-      Op* op = s.queue.front();
+    // Devices this lane cannot dispatch to any more in this pass; once all
+    // are, the rest of the queue waits.
+    std::vector<uint8_t>& lane_full = tls_full;
+    lane_full.assign(slots_, 0);
+    size_t full = 0;
+    for (size_t d = 0; d < slots_; ++d) {
+      if (device_blocked[d]) {
+        lane_full[d] = 1;
+        ++full;
+      }
+    }
+    for (auto it = s.queue.begin(); it != s.queue.end() && full < slots_;) {
+      Op* op = *it;
       if (op->cancel && op->cancel->load(std::memory_order_acquire)) {
-        s.queue.pop_front();
+        it = s.queue.erase(it);
         Unqueued(s, op);
         dropped->push_back(op);
         continue;
       }
+      const size_t d = DeviceSlot(op->req.device);
+      if (lane_full[d]) {  // an earlier request for this device waits: keep order
+        ++it;
+        continue;
+      }
+      DeviceShare& share = s.dev[d];
       const bool lane_room =
-          s.inflight == 0 ||
-          (s.inflight_commands + op->commands <= limit.max_commands &&
-           s.inflight_bytes + op->req.len <= limit.max_bytes);
-      // This lane waits for its own completions; lower lanes may still go.
-      if (!lane_room) break;
+          share.inflight == 0 ||
+          (share.commands + op->commands <= limit.max_commands &&
+           share.bytes + op->req.len <= limit.max_bytes);
+      // This lane waits for its own completions on d; lower lanes may still
+      // use d, and this lane other devices.
       const bool device_room =
-          device_inflight_ == 0 ||
-          device_inflight_ + op->commands <= options_.device_commands;
-      // The head of a higher lane is first in line for device room: nothing
-      // below it may take what frees up meanwhile.
-      if (!device_room) return;
+          device_inflight_[d] == 0 || device_inflight_[d] + op->commands <= options_.device_commands;
+      if (!lane_room || !device_room) {
+        lane_full[d] = 1;
+        ++full;
+        // The head of a higher lane is first in line for d's room: nothing
+        // below it may take what frees up meanwhile.
+        if (lane_room) device_blocked[d] = 1;
+        ++it;
+        continue;
+      }
 
-      s.queue.pop_front();
+      it = s.queue.erase(it);
       Unqueued(s, op);
       s.inflight++;
       s.inflight_commands += op->commands;
       s.inflight_bytes += op->req.len;
-      device_inflight_ += op->commands;
+      share.inflight++;
+      share.commands += op->commands;
+      share.bytes += op->req.len;
+      device_inflight_[d] += op->commands;
       if (now == 0) now = SteadyNowNs();
       op->dispatch_ns = now;
 
@@ -312,6 +348,14 @@ void Scheduler::OnDeviceDone(Op* op, Status st) {
   }
   stats.latency.Record(now - op->submit_ns);
   stats.queue_wait.Record(op->dispatch_ns - op->submit_ns);
+  DeviceStats& ds = device_stats_[DeviceSlot(op->req.device)];
+  ds.ops.fetch_add(1, std::memory_order_relaxed);
+  if (st.ok()) {
+    ds.bytes.fetch_add(op->req.len, std::memory_order_relaxed);
+  } else {
+    ds.errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  ds.latency.Record(now - op->submit_ns);
 
   // Room first, then the caller's `done`: the device gets its next work
   // without waiting for the callback.
@@ -323,7 +367,12 @@ void Scheduler::OnDeviceDone(Op* op, Status st) {
     s.inflight--;
     s.inflight_commands -= op->commands;
     s.inflight_bytes -= op->req.len;
-    device_inflight_ -= op->commands;
+    const size_t d = DeviceSlot(op->req.device);
+    DeviceShare& share = s.dev[d];
+    share.inflight--;
+    share.commands -= op->commands;
+    share.bytes -= op->req.len;
+    device_inflight_[d] -= op->commands;
     Pump(&batch, &dropped);
   }
   Dispatch(&batch);
@@ -442,6 +491,31 @@ std::array<LaneSnapshot, kLaneCount> Scheduler::Snapshot() const {
     out[i].promoted = st.promoted.load(std::memory_order_relaxed);
     out[i].latency = st.latency.Snapshot();
     out[i].queue_wait = st.queue_wait.Snapshot();
+  }
+  return out;
+}
+
+std::vector<DeviceSnapshot> Scheduler::DeviceSnapshots() const {
+  std::vector<DeviceSnapshot> out(slots_ - 1);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t d = 0; d < out.size(); ++d) {
+      out[d].inflight_commands = device_inflight_[d];
+      for (const LaneState& s : lanes_) out[d].inflight_bytes += s.dev[d].bytes;
+    }
+    for (const LaneState& s : lanes_) {
+      for (const Op* op : s.queue) {
+        size_t d = DeviceSlot(op->req.device);
+        if (d < out.size()) out[d].queued++;
+      }
+    }
+  }
+  for (size_t d = 0; d < out.size(); ++d) {
+    const DeviceStats& st = device_stats_[d];
+    out[d].ops = st.ops.load(std::memory_order_relaxed);
+    out[d].bytes = st.bytes.load(std::memory_order_relaxed);
+    out[d].errors = st.errors.load(std::memory_order_relaxed);
+    out[d].latency = st.latency.Snapshot();
   }
   return out;
 }

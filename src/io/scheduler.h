@@ -9,15 +9,20 @@
 // queue_depth). The engine's own queues are FIFO and cannot tell a read from
 // a write, so the scheduler keeps them empty and does the queueing itself.
 //
+// Bounds are kept per device: each device has its own share of every lane
+// (the lane's LaneLimit applies to that lane's requests for that device) and
+// its own `device_commands`, so a slow or failing device fills only its own
+// bounds and the other devices' requests go past it.
+//
 // A request is dispatched (handed to the BlockIo) when
-//   - it is at the head of its lane's queue,
-//   - its lane is under both of its bounds with the request added, or the
-//     lane has nothing in flight (so a request larger than a bound still
-//     goes, alone, and nothing starves),
-//   - the device has room for it: in-flight commands plus its own stay
-//     within `device_commands`, or nothing is in flight at all,
-//   - and no queue of a higher-priority lane has a head that is waiting for
-//     device room (strict priority for the shared capacity).
+//   - no earlier request of its lane for the same device is still queued,
+//   - its lane is under both of its bounds for that device with the request
+//     added, or the lane has nothing in flight there (so a request larger
+//     than a bound still goes, alone, and nothing starves),
+//   - its device has room for it: in-flight commands plus its own stay
+//     within `device_commands`, or nothing is in flight there at all,
+//   - and no queue of a higher-priority lane has a request for that device
+//     waiting for device room (strict priority for each device's capacity).
 // Lanes are visited in priority order read > meta > delete > write >
 // prefetch whenever a request is submitted or one completes.
 //
@@ -134,6 +139,18 @@ using CancelFlag = std::shared_ptr<std::atomic<bool>>;
 
 // Counters of one lane. ops/bytes/errors/cancelled and the histograms count
 // from construction; the rest is the state at the time of Snapshot().
+// Counters of one device, over every lane: ops/bytes/errors/latency count
+// from construction, inflight_* are the state at the time of the snapshot.
+struct DeviceSnapshot {
+  uint64_t ops = 0;
+  uint64_t bytes = 0;
+  uint64_t errors = 0;
+  uint64_t inflight_commands = 0;
+  uint64_t inflight_bytes = 0;
+  uint64_t queued = 0;           // requests waiting for this device, all lanes
+  HistogramSnapshot latency;     // Submit() to completion, ns
+};
+
 struct LaneSnapshot {
   uint64_t ops = 0;        // requests that reached the device and completed
   uint64_t bytes = 0;      // bytes of those that completed OK
@@ -193,10 +210,18 @@ class Scheduler {
   const SchedulerOptions& options() const { return options_; }
   // Counters of every lane, indexed by LaneIndex().
   std::array<LaneSnapshot, kLaneCount> Snapshot() const;
+  // Counters of every device, indexed by device.
+  std::vector<DeviceSnapshot> DeviceSnapshots() const;
 
   // Implementation details follow.
  private:
   struct Op;
+  // What one lane has in flight on one device.
+  struct DeviceShare {
+    uint32_t inflight = 0;
+    uint64_t commands = 0;
+    uint64_t bytes = 0;
+  };
   struct LaneState {
     std::deque<Op*> queue;           // GUARDED_BY(mu_), FIFO
     uint64_t queued_bytes = 0;       // GUARDED_BY(mu_)
@@ -206,6 +231,14 @@ class Scheduler {
     uint32_t inflight = 0;           // GUARDED_BY(mu_)
     uint64_t inflight_commands = 0;  // GUARDED_BY(mu_)
     uint64_t inflight_bytes = 0;     // GUARDED_BY(mu_)
+    // By device slot (DeviceSlot): the lane's per-device bounds apply here.
+    std::vector<DeviceShare> dev;    // GUARDED_BY(mu_)
+  };
+  struct alignas(64) DeviceStats {
+    std::atomic<uint64_t> ops{0};
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<uint64_t> errors{0};
+    Histogram latency;
   };
   // Written on every completion: a cache line of its own per lane.
   struct alignas(64) LaneStats {
@@ -240,6 +273,9 @@ class Scheduler {
   // One request fewer outstanding; wakes the destructor at zero. The last
   // touch of `this` by a completing thread.
   void FinishOne();
+  // The accounting slot of a request's device: its index, or one shared
+  // slot past the last for indexes the BlockIo will refuse.
+  size_t DeviceSlot(uint32_t device) const { return std::min<size_t>(device, slots_ - 1); }
 
   device::BlockIo& io_;
   const SchedulerOptions options_;
@@ -250,8 +286,10 @@ class Scheduler {
   // `done`. Lock order: before cq_mu_ (never the reverse); never held with
   // drain_mu_.
   mutable std::mutex mu_;
+  const size_t slots_;                       // device_count() + 1
   std::array<LaneState, kLaneCount> lanes_;  // GUARDED_BY(mu_)
-  uint64_t device_inflight_ = 0;             // GUARDED_BY(mu_): commands
+  std::vector<uint64_t> device_inflight_;    // GUARDED_BY(mu_): commands, by slot
+  std::unique_ptr<DeviceStats[]> device_stats_;  // by slot
 
   std::array<LaneStats, kLaneCount> stats_;
 

@@ -1139,5 +1139,56 @@ TEST_F(SchedulerTest, LaneIoAdaptsALaneToBlockIo) {
   EXPECT_GT(snap.latency.Percentile(50), 0u);
 }
 
+// Each device has its own share of a lane: a device that holds its requests
+// (slow, or failing) fills only its share, and the lane's requests for
+// another device go past the ones waiting for it.
+TEST_F(SchedulerTest, FullDeviceDoesNotHoldUpAnotherDevicesRequestsInTheSameLane) {
+  ASSERT_NO_FATAL_FAILURE(OpenImage(8 * kMiB));
+  const std::string second = dir_.Join("img2");
+  int fd = ::open(second.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fallocate(fd, 0, 0, 8 * kMiB), 0);
+  ::close(fd);
+  auto dev2 = device::BlockDevice::Open(second, false);
+  ASSERT_TRUE(dev2.ok());
+  device::IoEngineOptions eo;
+  eo.rings = 2;
+  eo.staging_pool_bytes = 0;
+  auto engine = device::IoEngine::Create({dev_.get(), dev2->get()}, eo);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  GateIo gate(**engine);
+  AlignedBuf buf = Aligned(8 * kMiB);
+  std::memset(buf.get(), 5, 8 * kMiB);
+  Latch latch(6);
+  auto done = [&](Status st) {
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    latch.Arrive();
+  };
+  {
+    Scheduler sched(gate, SmallOptions());  // 4 commands per lane
+    OpenAtExit open_gate(gate);
+    std::vector<IoRequest> r;
+    for (int i = 0; i < 5; ++i) {  // 5 on device 0: the 5th waits for room
+      r.push_back(IoRequest{IoOp::kRead, 0, i * 4 * kKiB, buf.get() + i * 4 * kKiB, 4 * kKiB, done});
+    }
+    r.push_back(IoRequest{IoOp::kRead, 1, kMiB, buf.get() + kMiB, 4 * kKiB, done});
+    sched.Submit(Lane::kRead, r);
+    auto a = gate.arrivals();
+    ASSERT_EQ(a.size(), 5u) << "device 1's request waited behind device 0's";
+    EXPECT_EQ(a[4], kMiB);
+    auto devs = sched.DeviceSnapshots();
+    ASSERT_EQ(devs.size(), 2u);
+    EXPECT_EQ(devs[0].inflight_commands, 4u);
+    EXPECT_EQ(devs[0].queued, 1u);
+    EXPECT_EQ(devs[1].inflight_commands, 1u);
+    gate.Open();
+    ASSERT_TRUE(latch.Wait());
+    devs = sched.DeviceSnapshots();
+    EXPECT_EQ(devs[0].ops, 5u);
+    EXPECT_EQ(devs[1].ops, 1u);
+    EXPECT_EQ(devs[1].bytes, 4 * kKiB);
+  }
+}
+
 }  // namespace
 }  // namespace kvfs::io
