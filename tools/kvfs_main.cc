@@ -89,6 +89,9 @@ constexpr const char* kUsage =
     "  fault_eio=RULE[/...]  tests only: device I/O overlapping a rule's byte range\n"
     "                        fails with EIO; RULE is OP:OFFSET:LEN[:DEVICE], OP one\n"
     "                        of read, write, flush; DEVICE counts from 0 (0)\n"
+    "  shape[=RULE[/...]]    tests and benchmarks: each device completes commands as\n"
+    "                        an NVMe drive would (80 us per command, 2000 MB/s);\n"
+    "                        RULE is LAT_US:MB_S[:DEVICE], DEVICE counts from 0\n"
     "\n"
     "Other -o options go to libfuse and the kernel (see below with -h).\n";
 
@@ -114,6 +117,8 @@ struct Config {
   unsigned atime_flush_s = 30;
   int fault_injection = 0;
   char* fault_eio = nullptr;
+  int shape = 0;
+  char* shape_spec = nullptr;
   int foreground = 0;
   int show_help = 0;
   int show_version = 0;
@@ -121,7 +126,10 @@ struct Config {
 
 // The strings fuse_opt_parse allocated into `cfg`.
 void FreeStrings(Config& cfg) {
-  for (char* p : {cfg.index, cfg.log_level, cfg.prefetch, cfg.verify, cfg.fault_eio}) std::free(p);
+  for (char* p : {cfg.index, cfg.log_level, cfg.prefetch, cfg.verify, cfg.fault_eio,
+                 cfg.shape_spec}) {
+    std::free(p);
+  }
 }
 
 struct Parsed {
@@ -155,6 +163,8 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("verify=%s", verify),
     KVFS_OPT("fault_injection", fault_injection),
     KVFS_OPT("fault_eio=%s", fault_eio),
+    KVFS_OPT("shape", shape),
+    KVFS_OPT("shape=%s", shape_spec),
     KVFS_OPT("atime_flush_s=%u", atime_flush_s),
     FUSE_OPT_KEY("relatime", kKeyRelatime),
     FUSE_OPT_KEY("strictatime", kKeyStrictatime),
@@ -462,6 +472,12 @@ int main(int argc, char** argv) {
   }
   vopt.engine.staging_pool_bytes = static_cast<size_t>(cfg.dirty_mb) << 20;
   vopt.engine.rings = cfg.rings;
+  if (cfg.shape || cfg.shape_spec != nullptr) {
+    auto shapes = kvfs::device::ParseDeviceShapes(cfg.shape_spec ? cfg.shape_spec : "",
+                                                  static_cast<uint32_t>(devices.size()));
+    if (!shapes.ok()) Fail(shapes.status().ToString());
+    vopt.shapes = std::move(shapes).value();
+  }
 
   // What mount(8) and /proc/mounts show: fuse.kvfs, and the first device.
   std::string fsname = devices[0];
@@ -527,6 +543,10 @@ int main(int argc, char** argv) {
   }
   spdlog::info("mounted {} at {}{}", devices[0], mountpoint,
                fsopt.verify_reads ? " (verify=on)" : "");
+  for (size_t d = 0; d < vopt.shapes.size(); ++d) {
+    spdlog::warn("shape: device {} modelled as {} us per command, {} MB/s (test hook)", d,
+                 vopt.shapes[d].latency_ns / 1000, vopt.shapes[d].bytes_per_s / 1'000'000);
+  }
   if (!fault_rules.empty()) {
     spdlog::warn("fault_eio: {} failing device range(s) injected (test hook)", fault_rules.size());
   }
