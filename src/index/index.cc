@@ -429,6 +429,18 @@ Result<std::unique_ptr<Index>> Index::Create(const std::string& dir, const Volum
   return idx;
 }
 
+Status Index::SetVolume(const VolumeRecord& volume) {
+  if (volume.volume_uuid != volume_.volume_uuid || volume.index_uuid != volume_.index_uuid) {
+    return Status::Error(EINVAL, "index " + dir_ + ": volume record of another volume");
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  rocksdb::Status s = db_->Put(wo, cf(kDefault), kVolumeKey, volume.Encode());
+  KVFS_RETURN_IF_ERROR(FromRocks(s, "index " + dir_ + ": writing the volume record"));
+  volume_ = volume;
+  return Status::OK();
+}
+
 Result<std::unique_ptr<Index>> Index::Open(const std::string& dir, const Options& options) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {

@@ -96,6 +96,9 @@ class Index {
   ~Index();  // Flushes nothing extra: committed batches are already in the WAL.
 
   const VolumeRecord& volume() const { return volume_; }
+  // Replaces the volume record, durably (synced): a device added to the
+  // volume (volume/add_device.h). The UUIDs must stay those of this index.
+  Status SetVolume(const VolumeRecord& volume);
   const std::string& dir() const { return dir_; }
 
   Result<Inode> GetInode(uint64_t ino) const;  // ENOENT if absent

@@ -14,6 +14,7 @@
 #include "device/superblock.h"
 #include "index/index.h"
 #include "index/records.h"
+#include "volume/volume_parts.h"
 
 namespace kvfs::volume {
 namespace fs = std::filesystem;
@@ -232,6 +233,96 @@ Result<FormatResult> FormatVolume(const std::vector<std::string>& devices,
     KVFS_RETURN_IF_ERROR(dev->WriteSuperblock(sb));
   }
   return result;
+}
+
+Result<AddResult> AddDevice(const std::vector<std::string>& devices, const std::string& new_device,
+                            const FormatOptions& options) {
+  if (devices.empty()) return Status::Error(EINVAL, "--add: no device of the volume given");
+  // The volume as it is, locked (a mounted volume holds the lock: EBUSY).
+  std::vector<std::unique_ptr<device::BlockDevice>> devs(devices.size());
+  std::vector<device::Superblock> sbs(devices.size());
+  for (const std::string& path : devices) {
+    KVFS_ASSIGN_OR_RETURN(auto dev, device::BlockDevice::Open(path, /*read_only=*/false));
+    KVFS_RETURN_IF_ERROR(dev->LockExclusive());
+    KVFS_ASSIGN_OR_RETURN(auto sb, dev->ReadSuperblock());
+    if (sb.device_index >= devs.size() || devs[sb.device_index] != nullptr) {
+      return Status::Error(EINVAL, path + ": device " + std::to_string(sb.device_index) +
+                                       " of " + std::to_string(sb.device_count) +
+                                       "; give every device of the volume once");
+    }
+    devs[sb.device_index] = std::move(dev);
+    sbs[sb.device_index] = sb;
+  }
+  KVFS_RETURN_IF_ERROR(CheckOneVolume(devs, sbs));
+  const uint32_t n = static_cast<uint32_t>(devs.size());
+  KVFS_ASSIGN_OR_RETURN(std::string index_dir, IndexDirFor(*devs[0], options.index_dir));
+  KVFS_ASSIGN_OR_RETURN(auto index, index::Index::Open(index_dir, index::Index::Options{}));
+  index::VolumeRecord rec = index->volume();
+  if (rec.volume_uuid != sbs[0].volume_uuid || rec.index_uuid != sbs[0].index_uuid) {
+    return Status::Error(EINVAL, "foreign index: " + index_dir + " is not the index of " +
+                                     devs[0]->path());
+  }
+  if (rec.device_count != n && rec.device_count != n + 1) {  // n + 1: an --add cut short
+    return Status::Error(EINVAL, "index " + index_dir + " records " +
+                                     std::to_string(rec.device_count) + " devices, the superblocks " +
+                                     std::to_string(n));
+  }
+
+  // The new device: checked, then created or extended.
+  for (const auto& d : devs) {
+    std::error_code ec;
+    if (fs::equivalent(d->path(), new_device, ec)) {
+      return Status::Error(EINVAL, new_device + " is already a device of the volume");
+    }
+  }
+  struct stat st;
+  bool exists = stat(new_device.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT) return Status::FromErrno(new_device);
+  if (!exists && options.size_bytes == 0) {
+    return Status::Error(ENOENT, new_device + ": no such file (give --size to create an image file)");
+  }
+  if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+    return Status::Error(EINVAL, new_device + ": neither a regular file nor a block device");
+  }
+  if (exists && !options.force) KVFS_RETURN_IF_ERROR(CheckNoSignature(new_device));
+  if (options.size_bytes % kBlockSize != 0) {
+    return Status::Error(EINVAL, "size " + std::to_string(options.size_bytes) +
+                                     " is not a multiple of " + std::to_string(kBlockSize));
+  }
+  if (!exists || (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) < options.size_bytes)) {
+    int fd = open(new_device.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return Status::FromErrno(new_device);
+    int rc = posix_fallocate(fd, 0, static_cast<off_t>(options.size_bytes));
+    close(fd);
+    if (rc != 0) {
+      return Status::Error(rc, new_device + ": allocating " + std::to_string(options.size_bytes) +
+                                   " bytes");
+    }
+  }
+  KVFS_ASSIGN_OR_RETURN(auto added, device::BlockDevice::Open(new_device, /*read_only=*/false));
+  KVFS_RETURN_IF_ERROR(added->LockExclusive());
+  if (added->size_bytes() < kMinDeviceBytes) {
+    return Status::Error(EINVAL, new_device + ": " + std::to_string(added->size_bytes()) +
+                                     " bytes is too small (kvfs needs at least " +
+                                     std::to_string(kMinDeviceBytes) + ")");
+  }
+
+  device::Superblock sb = sbs[0];
+  sb.device_index = n;
+  sb.device_count = n + 1;
+  sb.data_start = kDataStart;
+  sb.data_length = AlignDown(added->size_bytes() - kDataStart, kBlockSize);
+  KVFS_RETURN_IF_ERROR(added->WriteSuperblock(sb));
+  if (rec.device_count != n + 1) {
+    rec.device_count = n + 1;
+    KVFS_RETURN_IF_ERROR(index->SetVolume(rec));
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    device::Superblock old = sbs[i];
+    old.device_count = n + 1;
+    KVFS_RETURN_IF_ERROR(devs[i]->WriteSuperblock(old));
+  }
+  return AddResult{n, sb.data_length};
 }
 
 }  // namespace kvfs::volume

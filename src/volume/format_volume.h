@@ -41,4 +41,25 @@ struct FormatResult {
 Result<FormatResult> FormatVolume(const std::vector<std::string>& devices,
                                   const FormatOptions& options);
 
+// AddDevice: what mkfs.kvfs --add does -- makes `new_device` device N of the
+// unmounted volume whose N devices are `devices` (all of them, any order).
+// The new device gets no data; the placement rule (placement.h) fills it
+// first from the next mount on, until it is as full as the others.
+//
+// Refused before anything is written: devices that are not one whole volume
+// (volume_parts.h), a mounted volume (EBUSY: its devices are locked), a new
+// device that holds a signature (EEXIST unless `force`), is missing without
+// `size_bytes` (ENOENT) or is too small (EINVAL).
+// Writes, in this order: the new device's superblock, the index's volume
+// record (synced), the old devices' superblocks. A crash after the first
+// leaves the old volume mountable as it was; after the second, mount refuses
+// the count mismatch and running the same --add again (with --force, the
+// new device now has a superblock) completes it.
+struct AddResult {
+  uint32_t device_index = 0;  // of the new device
+  uint64_t data_bytes = 0;    // its data region
+};
+Result<AddResult> AddDevice(const std::vector<std::string>& devices, const std::string& new_device,
+                            const FormatOptions& options);
+
 }  // namespace kvfs::volume

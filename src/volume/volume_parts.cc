@@ -25,10 +25,23 @@ Status CheckOneVolume(const std::vector<std::unique_ptr<device::BlockDevice>>& d
                                        ": give the devices of one volume");
     }
     if (sb.device_count != sbs.size() || sb.device_index != i) {
+      // Name what is missing (by device index: a superblock records no
+      // paths) and what was given, so the operator can find the one absent.
+      std::string missing, given;
+      for (uint32_t d = 0; d < first.device_count; ++d) {
+        bool found = false;
+        for (const auto& other : sbs) found = found || other.device_index == d;
+        if (!found) missing += (missing.empty() ? "" : ", ") + std::to_string(d);
+      }
+      for (size_t j = 0; j < sbs.size(); ++j) {
+        given += (j ? ", " : "") + devices[j]->path() + " is device " +
+                 std::to_string(sbs[j].device_index);
+      }
       return Status::Error(EINVAL, "volume " + first.volume_uuid.ToString() + " has " +
-                                       std::to_string(sb.device_count) + " device(s); " +
-                                       std::to_string(sbs.size()) + " given (device " +
-                                       std::to_string(i) + " missing?): give all of its devices");
+                                       std::to_string(first.device_count) + " devices; " +
+                                       std::to_string(sbs.size()) + " given (" + given +
+                                       "): device " + (missing.empty() ? "?" : missing) +
+                                       " missing; give all of its devices");
     }
     if (sb.data_start + sb.data_length > devices[i]->size_bytes()) {
       return Status::Error(EINVAL, path + ": data region ends at " +

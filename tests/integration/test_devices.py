@@ -185,3 +185,61 @@ def test_eio_on_one_device_fails_only_its_files(vol4):
     # Writes keep working (devices are only failing reads here).
     write_file(os.path.join(vol4.path, "new"), "new", 2)
     vol4.stop()
+
+
+def test_missing_device_is_refused_naming_it(workdir):
+    devs = [os.path.join(workdir, f"dev{i}.img") for i in range(3)]
+    subprocess.run([os.environ["MKFS_KVFS_BIN"], "-f", "-q", "--size", str(64 * MiB), *devs],
+                   check=True)
+    mnt = os.path.join(workdir, "mnt")
+    os.mkdir(mnt)
+    r = subprocess.run([KVFS_BIN, "-f", devs[0], devs[2], mnt], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1
+    assert "device 1 missing" in r.stderr, r.stderr
+    assert devs[2] + " is device 2" in r.stderr, r.stderr
+
+
+@needs_fsck
+def test_added_device_keeps_data_and_takes_new_chunks(workdir):
+    devs = [os.path.join(workdir, f"dev{i}.img") for i in range(3)]
+    mkfs_bin = os.environ["MKFS_KVFS_BIN"]
+    subprocess.run([mkfs_bin, "-f", "-q", "--size", str(96 * MiB), *devs], check=True)
+    mnt = os.path.join(workdir, "mnt")
+    os.mkdir(mnt)
+    m = MultiMount(devs, mnt)
+    m.start()
+    try:
+        for k in range(6):
+            write_file(os.path.join(mnt, f"old{k}"), f"old{k}", 4)
+        # Mounted: refused (the devices are locked).
+        new = os.path.join(workdir, "dev3.img")
+        r = subprocess.run([mkfs_bin, "--size", str(96 * MiB), "--add", new, *devs],
+                           capture_output=True, text=True)
+        assert r.returncode == 1 and not os.path.exists(new + ".index"), r.stderr
+        m.stop()
+        r = subprocess.run([mkfs_bin, "--size", str(96 * MiB), "--add", new, *devs],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "device 3" in r.stdout
+        # The old three alone are no longer the whole volume.
+        r = subprocess.run([KVFS_BIN, "-f", *devs, mnt], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 1 and "device 3 missing" in r.stderr, r.stderr
+        m.devices = devs + [new]
+        m.start()
+        for k in range(6):
+            read_equal(os.path.join(mnt, f"old{k}"), f"old{k}", 4)
+        write_file(os.path.join(mnt, "fresh"), "fresh", 8)
+        read_equal(os.path.join(mnt, "fresh"), "fresh", 8)
+        m.stop()
+        loc = where(m.devices)
+        fresh = [loc[("fresh", i)] for i in range(8)]
+        # The empty device is 8 MiB behind the others (24 MiB over three): it
+        # takes new chunks until it is within the 1/32 slack (3 MiB) of them.
+        assert fresh.count(3) >= 6, fresh
+        assert all(loc[(f"old{k}", i)] < 3 for k in range(6) for i in range(4))
+        per = fsck_json(m.devices)["stats"]["per_device"]
+        assert per[3]["bytes"] == fresh.count(3) * MiB and per[3]["files"] == 1, per
+    finally:
+        m.kill()
