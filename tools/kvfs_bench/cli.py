@@ -199,6 +199,11 @@ def resolve_ram(a, cfg, need):
 
 
 def main(argv=None):
+    args = sys.argv[1:] if argv is None else argv
+    # --devices is its own mode (devices.py): volumes of N shaped devices.
+    if any(x == "--devices" or x.startswith("--devices=") for x in args):
+        from kvfs_bench.devices import main as devices_main
+        return devices_main(args)
     a = build_parser().parse_args(argv)
     try:
         cfg = resolve_config(a)
