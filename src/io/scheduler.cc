@@ -1,5 +1,7 @@
 #include "io/scheduler.h"
 
+#include <spdlog/spdlog.h>
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -353,7 +355,13 @@ void Scheduler::OnDeviceDone(Op* op, Status st) {
   if (st.ok()) {
     ds.bytes.fetch_add(op->req.len, std::memory_order_relaxed);
   } else {
-    ds.errors.fetch_add(1, std::memory_order_relaxed);
+    // The operator must learn which device fails; a dead device fails every
+    // command, so only the 1st, 2nd, 4th, 8th, ... error of each is logged.
+    const uint64_t n = ds.errors.fetch_add(1, std::memory_order_relaxed) + 1;
+    if ((n & (n - 1)) == 0) {
+      spdlog::warn("device {}: {} failed: {} ({} error(s) on this device so far)",
+                   op->req.device, Describe(op->req), st.ToString(), n);
+    }
   }
   ds.latency.Record(now - op->submit_ns);
 

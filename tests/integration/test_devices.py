@@ -185,6 +185,7 @@ def test_eio_on_one_device_fails_only_its_files(vol4):
     # Writes keep working (devices are only failing reads here).
     write_file(os.path.join(vol4.path, "new"), "new", 2)
     vol4.stop()
+    assert f"device {bad}: read of device {bad}" in vol4.read_log(), vol4.read_log()
 
 
 def test_missing_device_is_refused_naming_it(workdir):
