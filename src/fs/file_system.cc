@@ -150,6 +150,18 @@ StatsSnapshot FileSystem::Impl::Stats() {
     l.latency = lanes[k].latency;
     s.lanes.push_back(std::move(l));
   }
+  auto devs = sched_->DeviceSnapshots();
+  for (size_t d = 0; d < devs.size(); ++d) {
+    DeviceIoStats v;
+    v.path = d < volume_.devices().size() ? volume_.devices()[d]->path() : "";
+    v.ops = devs[d].ops;
+    v.bytes = devs[d].bytes;
+    v.errors = devs[d].errors;
+    v.inflight_commands = devs[d].inflight_commands;
+    v.queued = devs[d].queued;
+    v.latency = devs[d].latency;
+    s.devices.push_back(std::move(v));
+  }
   volume::SpaceStats sp = volume_.space();
   s.total_bytes = sp.total_bytes;
   s.free_bytes = sp.free_bytes;

@@ -87,6 +87,18 @@ std::string StatsToJson(const StatsSnapshot& s) {
                           {"promoted", l.promoted}, {"inflight", l.inflight},
                           {"queued", l.queued},     {"latency", LatencyJson(l.latency)}};
   }
+  j["devices"] = nlohmann::json::array();
+  for (size_t d = 0; d < s.devices.size(); ++d) {
+    const DeviceIoStats& v = s.devices[d];
+    j["devices"].push_back({{"device", d},
+                            {"path", v.path},
+                            {"ops", v.ops},
+                            {"bytes", v.bytes},
+                            {"errors", v.errors},
+                            {"inflight_commands", v.inflight_commands},
+                            {"queued", v.queued},
+                            {"latency", LatencyJson(v.latency)}});
+  }
   j["cache"] = {{"hits", s.cache.hits},
                 {"misses", s.cache.misses},
                 {"bytes", s.cache.bytes},
@@ -131,6 +143,24 @@ std::string StatsToPrometheus(const StatsSnapshot& s) {
   for (const LaneStats& l : s.lanes) {
     PromHistogram(o, "kvfs_lane_seconds", "lane=\"" + l.name + "\"", l.latency);
   }
+  o << "# HELP kvfs_device_seconds Device command latency per device.\n"
+       "# TYPE kvfs_device_seconds histogram\n";
+  for (size_t d = 0; d < s.devices.size(); ++d) {
+    PromHistogram(o, "kvfs_device_seconds", "device=\"" + std::to_string(d) + "\"",
+                  s.devices[d].latency);
+  }
+  auto device_metric = [&](const char* name, const char* type, const char* help, auto get) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+    for (size_t d = 0; d < s.devices.size(); ++d) {
+      o << name << "{device=\"" << d << "\"} " << get(s.devices[d]) << "\n";
+    }
+  };
+  device_metric("kvfs_device_bytes_total", "counter", "Bytes moved per device.",
+                [](const DeviceIoStats& v) { return v.bytes; });
+  device_metric("kvfs_device_errors_total", "counter", "Failed commands per device.",
+                [](const DeviceIoStats& v) { return v.errors; });
+  device_metric("kvfs_device_inflight_commands", "gauge", "Commands in flight per device.",
+                [](const DeviceIoStats& v) { return v.inflight_commands; });
   auto lane_metric = [&](const char* name, const char* type, const char* help, auto get) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
     for (const LaneStats& l : s.lanes) o << name << "{lane=\"" << l.name << "\"} " << get(l) << "\n";

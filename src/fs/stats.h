@@ -104,10 +104,19 @@ struct LaneStats {
   HistogramSnapshot latency;
 };
 
+// One device of the volume, over every lane (io::Scheduler::DeviceSnapshots).
+struct DeviceIoStats {
+  std::string path;
+  uint64_t ops = 0, bytes = 0, errors = 0;
+  uint64_t inflight_commands = 0, queued = 0;
+  HistogramSnapshot latency;
+};
+
 struct StatsSnapshot {
   std::array<FsMetrics::OpSnapshot, static_cast<size_t>(Op::kCount)> ops;
   std::map<int, uint64_t> errors;  // errno -> count
   std::vector<LaneStats> lanes;
+  std::vector<DeviceIoStats> devices;  // by device index
   CacheStats cache;
   uint64_t staged_bytes = 0;     // dirty data held in staging buffers
   uint64_t staging_bytes = 0;    // the staging bound (dirty_mb)

@@ -131,6 +131,11 @@ def test_large_file_and_serial_keys_spread_over_every_device(vol4):
     read_equal(os.path.join(vol4.path, "big"), "big", 64)
     for k in range(40):
         read_equal(os.path.join(vol4.path, f"k{k}"), f"k{k}", 1)
+    with open(os.path.join(vol4.path, ".kvfs", "stats")) as f:
+        devs = json.load(f)["devices"]
+    assert [d["path"] for d in devs] == vol4.devices
+    # The cold load after the remount read about a quarter from each device.
+    assert all(d["bytes"] >= 20 * MiB and d["errors"] == 0 for d in devs), devs
     vol4.stop()
     loc = where(vol4.devices)
     big = [loc[("big", i)] for i in range(64)]
