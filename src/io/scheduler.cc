@@ -203,11 +203,13 @@ void Scheduler::Submit(Lane lane, std::span<device::IoRequest> reqs, CancelFlag 
 
 void Scheduler::Queued(LaneState& s, const Op* op) {
   s.queued_bytes += op->req.len;
+  s.dev[std::min<size_t>(op->req.device, s.dev.size() - 1)].queued++;
   if (op->req.group != nullptr) s.queued_groups[op->req.group]++;
 }
 
 void Scheduler::Unqueued(LaneState& s, const Op* op) {
   s.queued_bytes -= op->req.len;
+  s.dev[std::min<size_t>(op->req.device, s.dev.size() - 1)].queued--;
   if (op->req.group == nullptr) return;
   auto it = s.queued_groups.find(op->req.group);
   if (--it->second == 0) s.queued_groups.erase(it);
@@ -265,26 +267,27 @@ void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>*
     if (lane == Lane::kWrite && reading) {
       limit.max_commands = std::max<uint32_t>(1, limit.max_commands / kWriteDivisorWhileReading);
     }
-    // Devices this lane cannot dispatch to any more in this pass; once all
-    // are, the rest of the queue waits.
+    // lane_full: devices this lane cannot dispatch to any more in this pass.
+    // `open` counts the devices that have requests in this queue and may
+    // still take one: the scan ends when it reaches 0, so a long queue for
+    // one full device is not walked on every pass.
     std::vector<uint8_t>& lane_full = tls_full;
     lane_full.assign(slots_, 0);
-    size_t full = 0;
+    size_t open = 0;
     for (size_t d = 0; d < slots_; ++d) {
-      if (device_blocked[d]) {
-        lane_full[d] = 1;
-        ++full;
-      }
+      if (device_blocked[d]) lane_full[d] = 1;
+      else if (s.dev[d].queued > 0) ++open;
     }
-    for (auto it = s.queue.begin(); it != s.queue.end() && full < slots_;) {
+    for (auto it = s.queue.begin(); it != s.queue.end() && open > 0;) {
       Op* op = *it;
+      const size_t d = DeviceSlot(op->req.device);
       if (op->cancel && op->cancel->load(std::memory_order_acquire)) {
         it = s.queue.erase(it);
         Unqueued(s, op);
+        if (!lane_full[d] && s.dev[d].queued == 0) --open;
         dropped->push_back(op);
         continue;
       }
-      const size_t d = DeviceSlot(op->req.device);
       if (lane_full[d]) {  // an earlier request for this device waits: keep order
         ++it;
         continue;
@@ -300,7 +303,7 @@ void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>*
           device_inflight_[d] == 0 || device_inflight_[d] + op->commands <= options_.device_commands;
       if (!lane_room || !device_room) {
         lane_full[d] = 1;
-        ++full;
+        --open;
         // The head of a higher lane is first in line for d's room: nothing
         // below it may take what frees up meanwhile.
         if (lane_room) device_blocked[d] = 1;
@@ -310,6 +313,7 @@ void Scheduler::Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>*
 
       it = s.queue.erase(it);
       Unqueued(s, op);
+      if (s.dev[d].queued == 0) --open;
       s.inflight++;
       s.inflight_commands += op->commands;
       s.inflight_bytes += op->req.len;

@@ -218,6 +218,7 @@ class Scheduler {
   struct Op;
   // What one lane has in flight on one device.
   struct DeviceShare {
+    uint32_t queued = 0;  // the lane's requests for the device in its queue
     uint32_t inflight = 0;
     uint64_t commands = 0;
     uint64_t bytes = 0;
