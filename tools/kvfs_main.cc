@@ -71,6 +71,11 @@ constexpr const char* kUsage =
     "                        writes (64)\n"
     "  spin_us=N             the thread receiving FUSE requests polls for the next\n"
     "                        one this long before it sleeps, microseconds (50)\n"
+    "  transport=T           how FUSE requests travel: uring (FUSE over io_uring,\n"
+    "                        Linux 6.14+, enable_uring=Y; else the mount fails),\n"
+    "                        dev (/dev/fuse) or auto (uring where the kernel\n"
+    "                        offers it, else dev) (auto)\n"
+    "  uring_entries=N       io_uring transport: requests in flight per CPU (16)\n"
     "  lane_read=N, lane_write=N, lane_prefetch=N, lane_meta=N, lane_delete=N\n"
     "                        device commands in flight per lane (0: derived from\n"
     "                        rings; see docs/operations.md)\n"
@@ -109,6 +114,8 @@ struct Config {
   double negative_timeout = 10.0;
   unsigned max_threads = 64;
   unsigned spin_us = 50;
+  char* transport = nullptr;
+  unsigned uring_entries = 16;
   // In-flight commands per lane (0: default), io::Lane order.
   unsigned lane_meta = 0, lane_read = 0, lane_prefetch = 0, lane_write = 0, lane_delete = 0;
   char* log_level = nullptr;
@@ -126,7 +133,7 @@ struct Config {
 
 // The strings fuse_opt_parse allocated into `cfg`.
 void FreeStrings(Config& cfg) {
-  for (char* p : {cfg.index, cfg.log_level, cfg.prefetch, cfg.verify, cfg.fault_eio,
+  for (char* p : {cfg.index, cfg.log_level, cfg.prefetch, cfg.verify, cfg.fault_eio, cfg.transport,
                  cfg.shape_spec}) {
     std::free(p);
   }
@@ -154,6 +161,8 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("negative_timeout=%lf", negative_timeout),
     KVFS_OPT("max_threads=%u", max_threads),
     KVFS_OPT("spin_us=%u", spin_us),
+    KVFS_OPT("transport=%s", transport),
+    KVFS_OPT("uring_entries=%u", uring_entries),
     KVFS_OPT("lane_meta=%u", lane_meta),
     KVFS_OPT("lane_read=%u", lane_read),
     KVFS_OPT("lane_prefetch=%u", lane_prefetch),
@@ -506,6 +515,11 @@ int main(int argc, char** argv) {
   mopt.timeouts.negative_s = cfg.negative_timeout;
   mopt.max_threads = cfg.max_threads;
   mopt.spin_us = cfg.spin_us;
+  if (cfg.transport != nullptr && !kvfs::fuse::ParseTransport(cfg.transport, &mopt.transport)) {
+    Fail(std::string("transport=") + cfg.transport + ": not one of auto, uring, dev");
+  }
+  if (cfg.uring_entries == 0 || cfg.uring_entries > 1024) Fail("uring_entries must be 1 to 1024");
+  mopt.uring_entries = cfg.uring_entries;
   auto mount = kvfs::fuse::Mount::Create(mopt, &args);
   if (!mount.ok()) Fail(mount.status().ToString());
 

@@ -110,8 +110,9 @@ void Init(void* /*userdata*/, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   // Chunk data bypasses the page cache (direct_io); never cache writes.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
-  // Let the kernel clear setuid/setgid bits itself (with a setattr), so
-  // fs/ need not on every write.
+  // Without HANDLE_KILLPRIV the kernel sends chown and truncate with the mode
+  // it computed; kvfs clears setuid/setgid itself on a write and an O_TRUNC
+  // open by a user other than root (ops_file.cc).
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
   // Request buffers move between threads (fuse/request_loop.h); a spliced
   // request would stay in the receiving thread's pipe.
@@ -168,6 +169,10 @@ void BlockTerminationSignals() {
 }
 
 Result<std::unique_ptr<Mount>> Mount::Create(const MountOptions& options, fuse_args* args) {
+  if (options.transport == Transport::kUring) {
+    Status st = UringAvailable();
+    if (!st.ok()) return Status::Error(st.code(), "transport=uring: " + st.context());
+  }
   std::unique_ptr<Mount> m(new Mount());
   m->options_ = options;
   m->state_ = std::make_unique<SessionState>(options.timeouts, options.max_threads);
@@ -200,6 +205,22 @@ Status Mount::MountAt(fs::FileSystem& fs, const std::string& mountpoint) {
     return Status::Error(EIO, log.Take("cannot mount at " + mountpoint));
   }
   mounted_ = true;
+  if (options_.transport == Transport::kDev) return Status::OK();
+  if (options_.transport == Transport::kAuto) {
+    Status st = UringAvailable();
+    if (!st.ok()) {
+      spdlog::info("FUSE transport: /dev/fuse ({})", st.context());
+      return Status::OK();
+    }
+  }
+  UringTransport::Options uo;
+  uo.required = options_.transport == Transport::kUring;
+  uo.entries_per_queue = options_.uring_entries;
+  uo.spin = std::chrono::microseconds(options_.spin_us);
+  auto t = UringTransport::Install(se_, uo);
+  if (!t.ok()) return t.status();
+  uring_ = std::move(*t);
+  state_->uring = uring_.get();
   return Status::OK();
 }
 
@@ -217,7 +238,11 @@ Status Mount::Run() {
                             state->read_priority.WriteWouldWait(static_cast<pid_t>(pid)) ||
                             state->fs->WriteMayWait(fh, off, size);
                    });
+  if (uring_) uring_->Attach(&loop);
   int rc = loop.Run(TerminationSignals());
+  // The ring's requests are replied to and committed, and the rings closed
+  // (so that closing /dev/fuse ends the connection).
+  if (uring_) uring_->Stop();
 
   // Reads and fsyncs in flight reply from fs/ callbacks; the session must
   // live until they have.

@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "fs/file_system.h"
 #include "fuse/session_state.h"
+#include "fuse/uring_transport.h"
 
 namespace kvfs::fuse {
 
@@ -43,6 +44,10 @@ struct MountOptions {
   // How long the receiving thread keeps polling for the next request
   // before it sleeps, microseconds (0: it sleeps at once).
   unsigned spin_us = 50;
+  // How requests travel (fuse/uring_transport.h), and the ring entries of
+  // each CPU's queue when they travel over io_uring.
+  Transport transport = Transport::kAuto;
+  unsigned uring_entries = 16;
 };
 
 // The largest read and write request the kernel sends (FUSE's own limit is
@@ -58,7 +63,8 @@ class Mount {
   // Creates the session over `args` (libfuse options; argv[0] is the
   // program name; kvfs adds default_permissions, max_read and, for root,
   // allow_other) and installs the signal handlers. Mounts nothing. EINVAL
-  // with libfuse's reason for options it rejects.
+  // with libfuse's reason for options it rejects; with transport kUring,
+  // UringAvailable()'s error where the kernel cannot carry it.
   static Result<std::unique_ptr<Mount>> Create(const MountOptions& options, fuse_args* args);
   // Unmounts if mounted, restores the signal handlers, destroys the session.
   ~Mount();
@@ -79,6 +85,7 @@ class Mount {
   Mount() = default;
   std::unique_ptr<SessionState> state_;
   MountOptions options_;
+  std::unique_ptr<UringTransport> uring_;  // outlives the session's fd
   fuse_session* se_ = nullptr;
   bool mounted_ = false;
 };

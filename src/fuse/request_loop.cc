@@ -165,7 +165,7 @@ int RequestLoop::Run(const sigset_t& signals) {
     workers.swap(workers_);
   }
   for (std::thread& t : workers) t.join();
-  if (result == 0 && error_ != 0) result = error_;
+  if (result == 0 && error_.load() != 0) result = error_.load();
   return result;
 }
 
@@ -182,6 +182,27 @@ thread_local bool t_on_receiver = false;
 }  // namespace
 
 bool RequestLoop::OnReceiver() { return t_on_receiver; }
+void RequestLoop::ServeAsReceiver() { t_on_receiver = true; }
+
+void RequestLoop::Fail(int error) {
+  int none = 0;
+  error_.compare_exchange_strong(none, -error);
+  fuse_session_exit(se_);
+  Stop();
+}
+
+bool RequestLoop::Offload(const fuse_buf& buf) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (stopping_ || !HaveWorker()) return false;
+  Queued q;
+  q.buf.mem = std::malloc(buf.size);
+  if (q.buf.mem == nullptr) return false;
+  std::memcpy(q.buf.mem, buf.mem, buf.size);
+  q.buf.size = buf.size;
+  queue_.push_back(q);
+  if (idle_workers_ > 0) work_cv_.notify_one();
+  return true;
+}
 
 void RequestLoop::Receive() {
   t_on_receiver = true;
@@ -203,7 +224,7 @@ void RequestLoop::Receive() {
     if (res == -EINTR) continue;
     if (res <= 0) {  // 0: unmounted (ENODEV) or the session was ended
       if (res < 0) {
-        error_ = res;
+        Fail(-res);
         spdlog::error("reading /dev/fuse: {}", std::strerror(-res));
       }
       break;
@@ -219,7 +240,7 @@ void RequestLoop::Receive() {
       if (init && fuse_session_exited(se_)) {
         // libfuse ends the session when it refuses the kernel's INIT (too
         // old a protocol); the mount then failed.
-        error_ = -EPROTO;
+        Fail(EPROTO);
         spdlog::error("the kernel's FUSE INIT was refused");
         break;
       }
@@ -240,21 +261,26 @@ void RequestLoop::Dispatch(fuse_buf& buf) {
   if (!Enqueue(buf)) fuse_session_process_buf(se_, &buf);
 }
 
-bool RequestLoop::Enqueue(fuse_buf& buf) {
-  std::lock_guard<std::mutex> l(mu_);
-  const bool large = buf.size > kSmallRequest;
-  if (large && queued_large_ >= kMaxQueuedLarge) return false;
+bool RequestLoop::HaveWorker() {
   if (queue_.size() >= idle_workers_ && workers_.size() < max_workers_) {
     try {
-      // It waits for mu_, and finds the request queued below.
+      // It waits for mu_, and finds the request the caller queues.
       workers_.emplace_back([this] { Work(); });
     } catch (const std::system_error& e) {
       // No thread now (pids limit): the queue waits for the workers there
       // are, if any.
       spdlog::warn("starting a FUSE worker thread: {}", e.what());
-      if (workers_.empty()) return false;
+      return !workers_.empty();
     }
   }
+  return true;
+}
+
+bool RequestLoop::Enqueue(fuse_buf& buf) {
+  std::lock_guard<std::mutex> l(mu_);
+  const bool large = buf.size > kSmallRequest;
+  if (large && queued_large_ >= kMaxQueuedLarge) return false;
+  if (!HaveWorker()) return false;
   Queued q;
   if (large) {
     q.buf = buf;

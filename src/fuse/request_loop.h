@@ -29,6 +29,7 @@
 #include <fuse_lowlevel.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -61,15 +62,25 @@ class RequestLoop {
   // (-EPROTO).
   int Run(const sigset_t& signals);
 
-  // True on the thread that reads requests from the kernel: a handler there
-  // must not wait, or every other caller waits with it.
+  // True on a thread that reads requests from the kernel (this loop's
+  // receiver, an io_uring queue): a handler there must not wait, or every
+  // other caller waits with it.
   static bool OnReceiver();
+  // Marks the calling thread as one that reads requests (see OnReceiver).
+  static void ServeAsReceiver();
+
+  // Whether a receiving thread runs `buf` itself rather than handing it to
+  // a worker. `backlog`: the request was already waiting when the one
+  // before it was done (several callers are active). Any thread.
+  bool RunsInReceiver(const fuse_buf& buf, bool backlog) const;
+  // Hands a copy of `buf` to a worker; false if none can take it (the loop
+  // is ending, no thread, no memory): the caller runs it. Any thread.
+  bool Offload(const fuse_buf& buf);
+  // Ends Run() with `error` (a transport that cannot serve). Any thread.
+  void Fail(int error);
 
  private:
   void Receive();
-  // `backlog`: the request was already waiting when the one before it was
-  // done (several callers are active).
-  bool RunsInReceiver(const fuse_buf& buf, bool backlog) const;
   void Work();
   struct Queued {
     fuse_buf buf{};
@@ -81,6 +92,9 @@ class RequestLoop {
   // it cannot. Small requests are copied; a large one's buffer moves to the
   // queue and `buf` gets another (or none: libfuse allocates one).
   bool Enqueue(fuse_buf& buf);
+  // Starts a worker if every one is busy; false if there is none at all.
+  // REQUIRES: mu_ held.
+  bool HaveWorker();
   void Recycle(Queued& q);
   void Stop();
 
@@ -90,7 +104,7 @@ class RequestLoop {
   const WriteMayWait write_may_wait_;
   int fd_ = -1;       // the session's /dev/fuse descriptor (made non-blocking)
   int stop_fd_ = -1;  // eventfd: readable once the loop is ending
-  int error_ = 0;     // written by the receiver before it ends
+  std::atomic<int> error_{0};  // the first error that ended the loop
 
   std::mutex mu_;
   std::condition_variable work_cv_;

@@ -22,6 +22,8 @@
 
 namespace kvfs::fuse {
 
+class UringTransport;
+
 // How long the kernel may trust what we tell it. kvfs is the only writer of
 // its volume, so nothing changes behind the kernel's back and long timeouts
 // are safe; they save a round trip per stat() of a known name.
@@ -86,6 +88,9 @@ struct SessionState {
   // changes names behind the kernel's dentry cache). Set once, right after
   // the session is made, before any request.
   fuse_session* session = nullptr;
+  // FUSE over io_uring, when the mount asked for it (fuse/uring_transport.h);
+  // set right after the session is mounted, before any request.
+  UringTransport* uring = nullptr;
   // The batch ioctl's registered memory and its runner (made at the first
   // batch; destroyed before the registry, after every batch replied).
   BufferRegistry registry;

@@ -8,6 +8,11 @@ hang or a non-zero exit fails the test that used the mount.
 The binaries come from meson (KVFS_BIN, MKFS_KVFS_BIN). Mounting needs root
 and /dev/fuse; without them the tests are skipped, but where both exist a
 skip is a failure.
+
+meson runs the suite once per FUSE transport: KVFS_TRANSPORT=dev or uring
+becomes every mount's -o transport=. The uring run switches the kernel's
+FUSE over io_uring on for its duration (and back afterwards); on a kernel
+without it, it says so and skips.
 """
 import os
 import signal
@@ -22,6 +27,8 @@ import pytest
 KVFS_BIN = os.environ.get("KVFS_BIN", "")
 MKFS_BIN = os.environ.get("MKFS_KVFS_BIN", "")
 FUSERMOUNT = shutil.which("fusermount3") or "/usr/bin/fusermount3"
+TRANSPORT = os.environ.get("KVFS_TRANSPORT", "")
+URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -48,6 +55,34 @@ def pytest_collection_modifyitems(config, items):
         # Root and /dev/fuse are here: not running the tests is a failure.
         for item in items:
             item.add_marker(pytest.mark.usefixtures("_binaries_missing"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _transport():
+    """For the io_uring run: FUSE over io_uring switched on (as root), and
+    put back as it was at the end."""
+    if TRANSPORT != "uring" or not can_mount():
+        yield
+        return
+    if not os.path.exists(URING_PARAM):
+        pytest.skip("this kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING): "
+                    "the io_uring run is skipped")
+    with open(URING_PARAM) as f:
+        before = f.read().strip()
+    with open(URING_PARAM, "w") as f:
+        f.write("Y")
+    try:
+        yield
+    finally:
+        with open(URING_PARAM, "w") as f:
+            f.write(before)
+
+
+def with_transport(options):
+    """`options` with this run's transport=, unless they name one."""
+    if not TRANSPORT or (options and "transport=" in options):
+        return options
+    return f"transport={TRANSPORT}" + (f",{options}" if options else "")
 
 
 @pytest.fixture
@@ -93,8 +128,9 @@ class Mount:
     def start(self):
         self.conn = None
         args = [KVFS_BIN, "-f"]
-        if self.options:
-            args += ["-o", self.options]
+        options = with_transport(self.options)
+        if options:
+            args += ["-o", options]
         args += [self.image, self.path]
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
