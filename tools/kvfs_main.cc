@@ -76,6 +76,9 @@ constexpr const char* kUsage =
     "                        dev (/dev/fuse) or auto (uring where the kernel\n"
     "                        offers it, else dev) (auto)\n"
     "  uring_entries=N       io_uring transport: requests in flight per CPU (16)\n"
+    "  max_request_mb=N      io_uring transport: largest FUSE read or write, MiB,\n"
+    "                        1 to 16; above 1 the kernel's fs.fuse.max_pages_limit\n"
+    "                        must allow it (1)\n"
     "  lane_read=N, lane_write=N, lane_prefetch=N, lane_meta=N, lane_delete=N\n"
     "                        device commands in flight per lane (0: derived from\n"
     "                        rings; see docs/operations.md)\n"
@@ -116,6 +119,7 @@ struct Config {
   unsigned spin_us = 50;
   char* transport = nullptr;
   unsigned uring_entries = 16;
+  unsigned max_request_mb = 1;
   // In-flight commands per lane (0: default), io::Lane order.
   unsigned lane_meta = 0, lane_read = 0, lane_prefetch = 0, lane_write = 0, lane_delete = 0;
   char* log_level = nullptr;
@@ -163,6 +167,7 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("spin_us=%u", spin_us),
     KVFS_OPT("transport=%s", transport),
     KVFS_OPT("uring_entries=%u", uring_entries),
+    KVFS_OPT("max_request_mb=%u", max_request_mb),
     KVFS_OPT("lane_meta=%u", lane_meta),
     KVFS_OPT("lane_read=%u", lane_read),
     KVFS_OPT("lane_prefetch=%u", lane_prefetch),
@@ -520,6 +525,8 @@ int main(int argc, char** argv) {
   }
   if (cfg.uring_entries == 0 || cfg.uring_entries > 1024) Fail("uring_entries must be 1 to 1024");
   mopt.uring_entries = cfg.uring_entries;
+  if (cfg.max_request_mb == 0 || cfg.max_request_mb > 16) Fail("max_request_mb must be 1 to 16");
+  mopt.max_request = cfg.max_request_mb << 20;
   auto mount = kvfs::fuse::Mount::Create(mopt, &args);
   if (!mount.ok()) Fail(mount.status().ToString());
 

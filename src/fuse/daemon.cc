@@ -1,5 +1,6 @@
 #include "fuse/daemon.h"
 
+#include <algorithm>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -90,14 +91,16 @@ class CapturedLibfuseLog {
 };
 
 // The connection's parameters, negotiated with the kernel in FUSE_INIT.
-void Init(void* /*userdata*/, fuse_conn_info* conn) {
+void Init(void* userdata, fuse_conn_info* conn) {
   // 1 MiB requests. libfuse derives max_pages (FUSE_MAX_PAGES, kernels
   // >= 4.20) from max_write: (max_write - 1) / page + 1 = 256 pages; its
   // receive buffer holds 256 pages, so it clamps max_write to that. Reads
   // are bounded by the same max_pages and by max_read, which must equal the
-  // max_read mount option (Mount::Create passes it).
+  // max_read mount option (Mount::Create passes it). The io_uring
+  // transport may raise both past 1 MiB in its INIT reply
+  // (max_request_mb).
   conn->max_write = kMaxRequestBytes;
-  conn->max_read = kMaxRequestBytes;
+  conn->max_read = static_cast<SessionState*>(userdata)->max_read;
   // Enough background requests (async direct I/O pieces of large reads and
   // writes) in flight to keep the device queues full.
   conn->max_background = 128;
@@ -179,7 +182,11 @@ Result<std::unique_ptr<Mount>> Mount::Create(const MountOptions& options, fuse_a
 
   // The kernel checks mode bits (fs/ checks only what it cannot); max_read
   // must match what Init() asks for, or libfuse refuses the connection.
-  std::string kernel_opts = "-odefault_permissions,max_read=" + std::to_string(kMaxRequestBytes);
+  if (options.transport != Transport::kDev) {
+    m->state_->max_read = std::max(kMaxRequestBytes, options.max_request);
+  }
+  std::string kernel_opts =
+      "-odefault_permissions,max_read=" + std::to_string(m->state_->max_read);
   // Root mounts serve everyone (connectors often run as another user);
   // the mode bits still decide who may do what.
   if (geteuid() == 0) kernel_opts += ",allow_other";
@@ -216,6 +223,7 @@ Status Mount::MountAt(fs::FileSystem& fs, const std::string& mountpoint) {
   UringTransport::Options uo;
   uo.required = options_.transport == Transport::kUring;
   uo.entries_per_queue = options_.uring_entries;
+  uo.max_request = options_.max_request;
   uo.spin = std::chrono::microseconds(options_.spin_us);
   auto t = UringTransport::Install(se_, uo);
   if (!t.ok()) return t.status();

@@ -48,6 +48,7 @@ struct MountOptions {
   // each CPU's queue when they travel over io_uring.
   Transport transport = Transport::kAuto;
   unsigned uring_entries = 16;
+  uint32_t max_request = 1 << 20;  // io_uring transport: largest read/write
 };
 
 // The largest read and write request the kernel sends (FUSE's own limit is

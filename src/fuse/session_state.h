@@ -91,6 +91,9 @@ struct SessionState {
   // FUSE over io_uring, when the mount asked for it (fuse/uring_transport.h);
   // set right after the session is mounted, before any request.
   UringTransport* uring = nullptr;
+  // The largest READ the kernel may send: the max_read mount option, which
+  // INIT must repeat (libfuse refuses the connection otherwise).
+  uint32_t max_read = 1u << 20;
   // The batch ioctl's registered memory and its runner (made at the first
   // batch; destroyed before the registry, after every batch replied).
   BufferRegistry registry;

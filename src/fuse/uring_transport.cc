@@ -70,6 +70,14 @@ Status CanMakeRing() {
   return Status::OK();
 }
 
+// The kernel's cap on a request's pages (fs.fuse.max_pages_limit, Linux
+// 6.13+), or 0 where it has none to read.
+unsigned MaxPagesLimit() {
+  std::ifstream f("/proc/sys/fs/fuse/max_pages_limit");
+  unsigned v = 0;
+  return (f >> v) ? v : 0;
+}
+
 }  // namespace
 
 bool ParseTransport(const std::string& name, Transport* out) {
@@ -136,6 +144,7 @@ std::string UringTransport::Describe() const {
 }
 
 ssize_t UringTransport::Read(int fd, void* buf, size_t len) {
+  if (large_requests_) return ReadLarge(fd, buf, len);
   ssize_t n = ::read(fd, buf, len);
   if (!init_done_.load(std::memory_order_relaxed) &&
       n >= static_cast<ssize_t>(sizeof(fuse_in_header))) {
@@ -156,6 +165,29 @@ ssize_t UringTransport::Read(int fd, void* buf, size_t len) {
     }
   }
   return n;
+}
+
+// The kernel refuses a /dev/fuse read into less than max_write plus headers,
+// and libfuse's buffer holds 1 MiB: read into one that holds the largest
+// request. Only requests that come before every queue has registered, and
+// interrupts and forgets after, come this way. One that fits libfuse's
+// buffer is copied there; a larger one (a write right after the mount) is
+// run from here, as the receiver would run it, and the read reports EAGAIN
+// (the request loop then polls the device again).
+ssize_t UringTransport::ReadLarge(int fd, void* buf, size_t len) {
+  ssize_t n = ::read(fd, large_buf_.get(), large_buf_size_);
+  if (n < 0 || static_cast<size_t>(n) <= len) {
+    if (n > 0) std::memcpy(buf, large_buf_.get(), static_cast<size_t>(n));
+    return n;
+  }
+  fuse_buf b{};
+  b.mem = large_buf_.get();
+  b.size = static_cast<size_t>(n);
+  if (loop_ == nullptr || loop_->RunsInReceiver(b, false) || !loop_->Offload(b)) {
+    fuse_session_process_buf(se_, &b);
+  }
+  errno = EAGAIN;
+  return -1;
 }
 
 ssize_t UringTransport::Writev(int fd, iovec* iov, int count) {
@@ -203,6 +235,19 @@ ssize_t UringTransport::WriteInitReply(int fd, iovec* iov, int count) {
   std::memcpy(&init, iov[1].iov_base, std::min(iov[1].iov_len, sizeof(init)));
   init.flags |= FUSE_INIT_EXT;
   init.flags2 |= static_cast<uint32_t>(uring_abi::kOverIoUring >> 32);
+  if (options_.max_request > init.max_write && (init.flags & FUSE_MAX_PAGES)) {
+    init.max_write = options_.max_request;
+    init.max_pages = static_cast<uint16_t>(options_.max_request / 4096);
+    large_buf_size_ = options_.max_request + 4096;  // headers: in, write_in
+    large_buf_.reset(new char[large_buf_size_]);
+    large_requests_ = true;
+    const unsigned limit = MaxPagesLimit();
+    if (limit != 0 && limit < init.max_pages) {
+      spdlog::warn("max_request_mb={}: the kernel's fs.fuse.max_pages_limit={} keeps FUSE reads "
+                   "and writes at {} KiB; as root: sysctl fs.fuse.max_pages_limit={}",
+                   options_.max_request >> 20, limit, limit * 4, init.max_pages);
+    }
+  }
   iovec v[2] = {iov[0], {&init, iov[1].iov_len}};
   ssize_t n = ::writev(fd, v, 2);
   if (n < 0) return n;

@@ -70,6 +70,10 @@ class UringTransport {
     bool required = false;          // transport=uring: a refused ring ends the mount
     unsigned entries_per_queue = 16;
     std::chrono::microseconds spin{50};
+    // Largest READ/WRITE request offered to the kernel when the ring is
+    // accepted (libfuse 3.14 stops at 1 MiB; above it the kernel's
+    // fs.fuse.max_pages_limit must allow it). Multiple of 4 KiB.
+    uint32_t max_request = 1 << 20;
   };
 
   // Installs the hooks on `se` (mounted; its userdata a SessionState whose
@@ -106,6 +110,8 @@ class UringTransport {
   UringTransport(fuse_session* se, const Options& o);
   // Patches libfuse's INIT reply (iov[1]) to accept the ring if offered.
   ssize_t WriteInitReply(int fd, iovec* iov, int count);
+  // A /dev/fuse read once requests may exceed libfuse's buffer: see Read.
+  ssize_t ReadLarge(int fd, void* buf, size_t len);
   void StartQueues(uint32_t payload_bytes);
   UringEntry* Untrack(uint64_t unique);
 
@@ -119,6 +125,11 @@ class UringTransport {
   uint64_t init_unique_ = 0;
   bool init_offered_ = false;
   std::atomic<bool> init_done_{false};  // read by every writev
+  // Set with the INIT reply if it raised max_write past libfuse's buffer:
+  // /dev/fuse reads then go through `large_buf_` (receiver thread only).
+  bool large_requests_ = false;
+  std::unique_ptr<char[]> large_buf_;
+  size_t large_buf_size_ = 0;
 
   std::atomic<bool> tracking_{false};  // queues may hold requests
   std::atomic<bool> active_{false};

@@ -4,6 +4,7 @@ callers on every CPU, and teardown with requests in flight.
 The rest of the suite runs on both transports (conftest.py); these tests
 are for the io_uring run, which switches the kernel's FUSE over io_uring on.
 """
+import mmap
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from conftest import (KVFS_BIN, MiB, Mount, TRANSPORT, URING_PARAM, mkfs,
                       mounted_fstype)
-from kvio import payload, read_file, write_file
+from kvio import payload, read_file, read_stats, write_file
 
 FSCK_BIN = os.environ.get("FSCK_KVFS_BIN", "")
 
@@ -187,6 +188,69 @@ def test_teardown_with_requests_in_flight_then_remount_clean(workdir, how):
         for name, data in list(synced.items()):
             assert read_file(os.path.join(m.path, name)) == data, name
         store_load(m.path, "after", 2 * MiB)
+    finally:
+        m.stop()
+    fsck_clean(m.image)
+
+
+PAGES_LIMIT = "/proc/sys/fs/fuse/max_pages_limit"
+
+
+@pytest.fixture
+def pages_limit_4mib():
+    """The kernel's cap on a FUSE request raised to 4 MiB for the test."""
+    if not os.path.exists(PAGES_LIMIT):
+        pytest.skip(f"this kernel has no {PAGES_LIMIT}")
+    with open(PAGES_LIMIT) as f:
+        saved = f.read().strip()
+    with open(PAGES_LIMIT, "w") as f:
+        f.write("1024")
+    try:
+        yield
+    finally:
+        with open(PAGES_LIMIT, "w") as f:
+            f.write(saved)
+
+
+def direct_buffer(data):
+    buf = mmap.mmap(-1, len(data))
+    buf.write(data)
+    return buf
+
+
+def test_requests_above_1mib_byte_exact(workdir, pages_limit_4mib):
+    """max_request_mb=4: a 24 MiB key travels as 4 MiB writes and reads,
+    buffered and O_DIRECT, and reads back byte-exact, also at offsets that
+    cross request boundaries."""
+    m = new_mount(workdir, "transport=uring,max_request_mb=4", size=1024 * MiB)
+    m.start()
+    try:
+        size = 24 * MiB
+        data = payload("big", size)
+        before = read_stats(m.path)["requests"]
+        fd = os.open(os.path.join(m.path, "direct"), os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
+        try:
+            assert os.write(fd, direct_buffer(data)) == size
+        finally:
+            os.close(fd)
+        writes = read_stats(m.path)["requests"].get("write", 0) - before.get("write", 0)
+        assert writes <= size // (4 * MiB) + 1, writes
+        write_file(os.path.join(m.path, "buffered"), data)
+
+        before = read_stats(m.path)["requests"]
+        fd = os.open(os.path.join(m.path, "direct"), os.O_RDONLY | os.O_DIRECT)
+        try:
+            back = mmap.mmap(-1, size)
+            assert os.readv(fd, [back]) == size
+            assert back[:] == data
+        finally:
+            os.close(fd)
+        reads = read_stats(m.path)["requests"].get("read", 0) - before.get("read", 0)
+        assert reads <= size // (4 * MiB) + 2, reads
+        assert read_file(os.path.join(m.path, "buffered")) == data
+        with open(os.path.join(m.path, "buffered"), "rb") as f:
+            f.seek(3 * MiB + 17)
+            assert f.read(6 * MiB) == data[3 * MiB + 17:9 * MiB + 17]
     finally:
         m.stop()
     fsck_clean(m.image)
