@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "common/buddy_arena.h"
-#include "fs/file_system.h"
+#include "fs/cache_stats.h"
 
 namespace kvfs::fs {
 
@@ -66,7 +66,7 @@ struct CachedChunk {
   std::vector<std::function<void(bool)>> waiters_;       // GUARDED_BY(mu_)
 };
 
-// Counters are reported as fs::CacheStats (file_system.h).
+// Counters are reported as fs::CacheStats (fs/cache_stats.h).
 using CacheCounters = CacheStats;
 
 class ChunkCache {

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "fs/cache_stats.h"
 #include "io/lane.h"
 #include "volume/volume.h"
 
@@ -138,17 +139,6 @@ struct FileSystemOptions {
   // Moved atimes not carried by another commit are queued this often (a
   // crash loses at most this much of them), and at Shutdown().
   unsigned atime_flush_ms = 30000;
-};
-
-struct CacheStats {
-  uint64_t hits = 0;
-  uint64_t entries = 0;
-  uint64_t misses = 0;
-  uint64_t bytes = 0;
-  uint64_t budget = 0;
-  uint64_t prefetched_bytes = 0;
-  uint64_t prefetch_used_bytes = 0;
-  uint64_t prefetch_wasted_bytes = 0;
 };
 
 class FileSystem {
@@ -261,7 +251,8 @@ class FileSystem {
   // device (for fair cold-load measurements).
   Status DropCache();
   CacheStats cache_stats();
-  // Everything MOUNT/.kvfs/stats and /metrics show (fs/stats.h).
+  // fs/'s part of what MOUNT/.kvfs/stats and /metrics show (fs/stats.h;
+  // the front end renders it).
   struct StatsSnapshot Stats();
 
   // --- Whole-file operations for the batch ioctl (fs/batch.h drives them).

@@ -1,6 +1,13 @@
-// Live statistics of a mounted volume, and their two renderings: JSON (for
-// MOUNT/.kvfs/stats and kvfsctl) and the Prometheus text exposition format
-// (MOUNT/.kvfs/metrics).
+// Live statistics of a mounted volume: the counters fs/ keeps and the
+// snapshot FileSystem::Stats() returns. This is data only; the front end
+// renders it (fuse/stats_render.h: JSON for MOUNT/.kvfs/stats and kvfsctl,
+// Prometheus text for MOUNT/.kvfs/metrics), together with what only the
+// front end knows (the FUSE transport, requests by opcode, batch
+// registrations, write yields).
+//
+// A new counter: a field of StatsSnapshot (or of CacheStats), filled in by
+// FileSystem::Stats() (file_system.cc), and one line in each of the two
+// renderings (fuse/stats_render.cc).
 //
 // Counting is on the hot path: FsMetrics is atomics and lock-free
 // histograms only (two relaxed adds per record).
@@ -20,7 +27,8 @@
 #include <vector>
 
 #include "common/histogram.h"
-#include "fs/file_system.h"
+#include "common/status.h"
+#include "fs/cache_stats.h"
 
 namespace kvfs::fs {
 
@@ -129,18 +137,6 @@ struct StatsSnapshot {
   uint64_t name_cache_entries = 0, name_cache_bytes = 0;
   uint64_t zero_copy_bytes = 0;  // FsMetrics::zero_copy_bytes()
   uint64_t total_bytes = 0, free_bytes = 0, largest_free = 0, free_extents = 0;
-  // Live batch-ioctl buffer registrations (filled in by fuse/, which owns them).
-  uint64_t registrations = 0;
-  // Writes that waited for another caller's reads, and how long in all
-  // (io::ReadPriority; filled in by fuse/).
-  uint64_t write_yields = 0;
-  uint64_t write_yield_ns = 0;
-  // FUSE requests received, by opcode name, counted once each (filled in
-  // by fuse/: fuse/op_counters.h). Empty when nothing filled it.
-  std::vector<std::pair<std::string, uint64_t>> requests;
 };
-
-std::string StatsToJson(const StatsSnapshot& s);
-std::string StatsToPrometheus(const StatsSnapshot& s);
 
 }  // namespace kvfs::fs

@@ -17,6 +17,7 @@
 #include "fs/stats.h"
 #include "fuse/op_counters.h"
 #include "fuse/reply.h"
+#include "fuse/stats_render.h"
 
 namespace kvfs::fuse::control {
 
@@ -254,13 +255,14 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (n->kind == Kind::kPrefetch) file = std::make_shared<OpenFile>();
     if (!Readable(*n)) return;
     file = std::make_shared<OpenFile>();
-    fs::StatsSnapshot stats = s.fs->Stats();
-    stats.registrations = s.registry.Live();
-    stats.write_yields = s.read_priority.waits();
-    stats.write_yield_ns = s.read_priority.waited_ns();
-    stats.requests = RequestCounts();
-    file->content =
-        n->kind == Kind::kStats ? fs::StatsToJson(stats) : fs::StatsToPrometheus(stats);
+    const fs::StatsSnapshot stats = s.fs->Stats();
+    FrontEndStats front;
+    front.registrations = s.registry.Live();
+    front.write_yields = s.read_priority.waits();
+    front.write_yield_ns = s.read_priority.waited_ns();
+    front.requests = RequestCounts();
+    file->content = n->kind == Kind::kStats ? StatsToJson(stats, front)
+                                            : StatsToPrometheus(stats, front);
   });
   if (!st.ok()) {
     ReplyStatus(req, st, "open");

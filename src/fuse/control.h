@@ -1,8 +1,8 @@
 // The control directory MOUNT/.kvfs/: virtual files served by fuse/ alone
 // (nothing of it is in the index).
 //
-//   stats       read: JSON statistics (fs::StatsToJson)
-//   metrics     read: Prometheus text (fs::StatsToPrometheus)
+//   stats       read: JSON statistics (fuse/stats_render.h StatsToJson)
+//   metrics     read: Prometheus text (StatsToPrometheus)
 //   drop_cache  write anything: FileSystem::DropCache()
 //   prefetch    write names relative to the mount root, one per line:
 //               ResolvePath + Prefetch each; a write fails with the errno

@@ -11,8 +11,6 @@
 #include "fs/inode_state.h"
 #include "fs/stats.h"
 
-#include <nlohmann/json.hpp>
-
 namespace kvfs::fs {
 namespace {
 
@@ -353,7 +351,8 @@ TEST_F(FsTest, OpenTruncOverStaleLongerFile) {
 namespace kvfs::fs {
 namespace {
 
-TEST_F(FsTest, StatsCountOperationsAndRenderAsJsonAndPrometheus) {
+// The renderings of the snapshot are tested in tests/fuse/stats_render_test.cc.
+TEST_F(FsTest, StatsCountOperationsLanesAndSpace) {
   Store(kRootIno, "s", Pattern(2 << 20, 1));
   EXPECT_EQ(*Load(kRootIno, "s"), Pattern(2 << 20, 1));
   EXPECT_EQ(fs_->Lookup(kRootIno, "missing").status().code(), ENOENT);
@@ -361,20 +360,14 @@ TEST_F(FsTest, StatsCountOperationsAndRenderAsJsonAndPrometheus) {
   EXPECT_GE(s.ops[static_cast<size_t>(Op::kLookup)].latency.count(), 2u);
   EXPECT_GE(s.ops[static_cast<size_t>(Op::kWrite)].bytes, 2u << 20);
   EXPECT_GE(s.ops[static_cast<size_t>(Op::kRead)].bytes, 2u << 20);
+  EXPECT_TRUE(s.errors.empty());  // ENOENT of a lookup is not an error
   EXPECT_GT(s.total_bytes, s.free_bytes);
-  auto j = nlohmann::json::parse(StatsToJson(s));
-  EXPECT_GE(j["ops"]["lookup"]["latency"]["count"].get<uint64_t>(), 2u);
-  EXPECT_TRUE(j["errors"].empty());  // ENOENT of a lookup is not an error
-  std::string prom = StatsToPrometheus(s);
-  EXPECT_NE(prom.find("kvfs_op_seconds_count{op=\"lookup\"}"), std::string::npos);
-  EXPECT_NE(prom.find("# TYPE kvfs_space_free_bytes gauge"), std::string::npos);
-  // Every per-lane counter of the JSON is in the Prometheus text too.
-  for (const auto& [key, value] : j["lanes"]["read"].items()) {
-    if (key == "latency") continue;
-    const bool gauge = key == "inflight" || key == "queued";
-    const std::string name = "kvfs_lane_" + key + (gauge ? "" : "_total") + "{lane=\"read\"}";
-    EXPECT_NE(prom.find(name), std::string::npos) << name;
-  }
+  ASSERT_FALSE(s.lanes.empty());
+  uint64_t lane_bytes = 0;
+  for (const LaneStats& l : s.lanes) lane_bytes += l.bytes;
+  EXPECT_GE(lane_bytes, 2u << 20);  // the store's data went through a lane
+  ASSERT_EQ(s.devices.size(), 1u);
+  EXPECT_GE(s.devices[0].bytes, 2u << 20);
 }
 
 TEST_F(FsTest, StatsTimeTheNamespaceCallsOfAStoreAndCountTheirFailures) {
@@ -399,10 +392,6 @@ TEST_F(FsTest, StatsTimeTheNamespaceCallsOfAStoreAndCountTheirFailures) {
   EXPECT_EQ(fs_->Rename(kRootIno, "k", kRootIno, "j", 0).code(), ENOENT);
   EXPECT_EQ(count(Op::kUnlink), 2u);
   EXPECT_EQ(fs_->Stats().errors.at(ENOENT), 2u);
-  auto j = nlohmann::json::parse(StatsToJson(fs_->Stats()));
-  for (const char* op : {"getattr", "create", "open", "rename", "unlink"}) {
-    EXPECT_GE(j["ops"][op]["latency"]["count"].get<uint64_t>(), 1u) << op;
-  }
 }
 
 }  // namespace

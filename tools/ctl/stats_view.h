@@ -1,5 +1,5 @@
 // The human renderings of kvfsctl: `kvfsctl stats` tables from the JSON of
-// MOUNT/.kvfs/stats (src/fs/stats.cc writes it), and df -h style sizes.
+// MOUNT/.kvfs/stats (src/fuse/stats_render.cc writes it), and df -h style sizes.
 //
 //   nlohmann::json now = nlohmann::json::parse(text);
 //   std::fputs(RenderStats(now, nullptr, 0, header).c_str(), stdout);

@@ -1,0 +1,195 @@
+// Rendering of .kvfs/stats and .kvfs/metrics (see stats_render.h).
+#include "fuse/stats_render.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace kvfs::fuse {
+
+using fs::DeviceIoStats;
+using fs::LaneStats;
+using fs::Op;
+using fs::OpName;
+
+namespace {
+
+nlohmann::json LatencyJson(const HistogramSnapshot& h) {
+  auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1000.0; };
+  return {{"count", h.count()},
+          {"mean_us", h.mean_ns() / 1000.0},
+          {"p50_us", us(h.Percentile(50))},
+          {"p90_us", us(h.Percentile(90))},
+          {"p99_us", us(h.Percentile(99))},
+          {"p999_us", us(h.Percentile(99.9))},
+          {"max_us", us(h.max_ns())}};
+}
+
+std::string ErrnoName(int code) {
+  const char* n = strerrorname_np(code);
+  return n ? n : std::to_string(code);
+}
+
+// Prometheus histogram buckets: powers of four from 4 us to ~17 s.
+void PromHistogram(std::ostringstream& o, const std::string& name, const std::string& labels,
+                   const HistogramSnapshot& h) {
+  for (uint64_t le = 4096; le <= (uint64_t{1} << 34); le <<= 2) {
+    o << name << "_bucket{" << labels << (labels.empty() ? "" : ",") << "le=\""
+      << static_cast<double>(le) / 1e9 << "\"} " << h.CountBelow(le) << "\n";
+  }
+  o << name << "_bucket{" << labels << (labels.empty() ? "" : ",") << "le=\"+Inf\"} "
+    << h.count() << "\n";
+  o << name << "_sum{" << labels << "} " << static_cast<double>(h.sum_ns()) / 1e9 << "\n";
+  o << name << "_count{" << labels << "} " << h.count() << "\n";
+}
+
+}  // namespace
+
+std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
+  nlohmann::json j;
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    j["ops"][OpName(static_cast<Op>(i))] = {{"bytes", s.ops[i].bytes},
+                                            {"latency", LatencyJson(s.ops[i].latency)}};
+  }
+  for (const LaneStats& l : s.lanes) {
+    j["lanes"][l.name] = {{"ops", l.ops},           {"bytes", l.bytes},
+                          {"errors", l.errors},     {"cancelled", l.cancelled},
+                          {"promoted", l.promoted}, {"inflight", l.inflight},
+                          {"queued", l.queued},     {"latency", LatencyJson(l.latency)}};
+  }
+  j["devices"] = nlohmann::json::array();
+  for (size_t d = 0; d < s.devices.size(); ++d) {
+    const DeviceIoStats& v = s.devices[d];
+    j["devices"].push_back({{"device", d},
+                            {"path", v.path},
+                            {"ops", v.ops},
+                            {"bytes", v.bytes},
+                            {"errors", v.errors},
+                            {"inflight_commands", v.inflight_commands},
+                            {"queued", v.queued},
+                            {"latency", LatencyJson(v.latency)}});
+  }
+  j["cache"] = {{"hits", s.cache.hits},
+                {"misses", s.cache.misses},
+                {"bytes", s.cache.bytes},
+                {"budget", s.cache.budget},
+                {"entries", s.cache.entries},
+                {"prefetched_bytes", s.cache.prefetched_bytes},
+                {"prefetch_used_bytes", s.cache.prefetch_used_bytes},
+                {"prefetch_wasted_bytes", s.cache.prefetch_wasted_bytes}};
+  j["staging"] = {{"staged_bytes", s.staged_bytes}, {"bound_bytes", s.staging_bytes}};
+  j["commits"] = {{"queued", s.queued_commits}, {"index", s.index_commits}};
+  j["atime"] = {{"updates", s.atime_updates}, {"flushes", s.atime_flushes}};
+  j["name_cache"] = {{"entries", s.name_cache_entries}, {"bytes", s.name_cache_bytes}};
+  j["space"] = {{"total_bytes", s.total_bytes},
+                {"free_bytes", s.free_bytes},
+                {"largest_free_bytes", s.largest_free},
+                {"free_extents", s.free_extents}};
+  j["batch"] = {{"registrations", f.registrations}};
+  j["write_yield"] = {{"waits", f.write_yields}, {"waited_ms", f.write_yield_ns / 1000000.0}};
+  j["requests"] = nlohmann::json::object();
+  for (const auto& [name, n] : f.requests) j["requests"][name] = n;
+  j["errors"] = nlohmann::json::object();
+  for (auto [code, n] : s.errors) j["errors"][ErrnoName(code)] = n;
+  return j.dump(2) + "\n";
+}
+
+std::string StatsToPrometheus(const fs::StatsSnapshot& s, const FrontEndStats& f) {
+  std::ostringstream o;
+  o << "# HELP kvfs_op_seconds Latency of filesystem operations.\n"
+       "# TYPE kvfs_op_seconds histogram\n";
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    PromHistogram(o, "kvfs_op_seconds", std::string("op=\"") + OpName(static_cast<Op>(i)) + "\"",
+                  s.ops[i].latency);
+  }
+  o << "# HELP kvfs_op_bytes_total Bytes moved by filesystem operations.\n"
+       "# TYPE kvfs_op_bytes_total counter\n";
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    o << "kvfs_op_bytes_total{op=\"" << OpName(static_cast<Op>(i)) << "\"} " << s.ops[i].bytes
+      << "\n";
+  }
+  o << "# HELP kvfs_lane_seconds Device command latency per lane.\n"
+       "# TYPE kvfs_lane_seconds histogram\n";
+  for (const LaneStats& l : s.lanes) {
+    PromHistogram(o, "kvfs_lane_seconds", "lane=\"" + l.name + "\"", l.latency);
+  }
+  o << "# HELP kvfs_device_seconds Device command latency per device.\n"
+       "# TYPE kvfs_device_seconds histogram\n";
+  for (size_t d = 0; d < s.devices.size(); ++d) {
+    PromHistogram(o, "kvfs_device_seconds", "device=\"" + std::to_string(d) + "\"",
+                  s.devices[d].latency);
+  }
+  auto device_metric = [&](const char* name, const char* type, const char* help, auto get) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+    for (size_t d = 0; d < s.devices.size(); ++d) {
+      o << name << "{device=\"" << d << "\"} " << get(s.devices[d]) << "\n";
+    }
+  };
+  device_metric("kvfs_device_bytes_total", "counter", "Bytes moved per device.",
+                [](const DeviceIoStats& v) { return v.bytes; });
+  device_metric("kvfs_device_errors_total", "counter", "Failed commands per device.",
+                [](const DeviceIoStats& v) { return v.errors; });
+  device_metric("kvfs_device_inflight_commands", "gauge", "Commands in flight per device.",
+                [](const DeviceIoStats& v) { return v.inflight_commands; });
+  auto lane_metric = [&](const char* name, const char* type, const char* help, auto get) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+    for (const LaneStats& l : s.lanes) o << name << "{lane=\"" << l.name << "\"} " << get(l) << "\n";
+  };
+  lane_metric("kvfs_lane_ops_total", "counter", "Device commands completed per lane.",
+              [](const LaneStats& l) { return l.ops; });
+  lane_metric("kvfs_lane_bytes_total", "counter", "Device bytes per lane.",
+              [](const LaneStats& l) { return l.bytes; });
+  lane_metric("kvfs_lane_errors_total", "counter", "Failed device commands per lane.",
+              [](const LaneStats& l) { return l.errors; });
+  lane_metric("kvfs_lane_cancelled_total", "counter",
+              "Commands dropped before they reached the device (their caller gave up).",
+              [](const LaneStats& l) { return l.cancelled; });
+  lane_metric("kvfs_lane_promoted_total", "counter",
+              "Queued prefetch commands moved to the read lane because a reader waited.",
+              [](const LaneStats& l) { return l.promoted; });
+  lane_metric("kvfs_lane_inflight", "gauge", "Commands at the device per lane.",
+              [](const LaneStats& l) { return l.inflight; });
+  lane_metric("kvfs_lane_queued", "gauge", "Commands waiting per lane.",
+              [](const LaneStats& l) { return l.queued; });
+  auto gauge = [&](const char* name, const char* type, const char* help, auto v) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
+      << name << " " << v << "\n";
+  };
+  gauge("kvfs_cache_hits_total", "counter", "Reads served from the RAM cache.", s.cache.hits);
+  gauge("kvfs_cache_misses_total", "counter", "Reads that went to the device.", s.cache.misses);
+  gauge("kvfs_cache_bytes", "gauge", "Bytes held by the RAM cache.", s.cache.bytes);
+  gauge("kvfs_prefetch_bytes_total", "counter", "Bytes read by prefetch.",
+        s.cache.prefetched_bytes);
+  gauge("kvfs_prefetch_used_bytes_total", "counter", "Prefetched bytes later read.",
+        s.cache.prefetch_used_bytes);
+  gauge("kvfs_prefetch_wasted_bytes_total", "counter", "Prefetched bytes dropped unread.",
+        s.cache.prefetch_wasted_bytes);
+  gauge("kvfs_staged_bytes", "gauge", "Dirty bytes in staging buffers.", s.staged_bytes);
+  gauge("kvfs_commits_queued", "gauge", "Index changes waiting to commit.", s.queued_commits);
+  gauge("kvfs_index_commits_total", "counter", "Index batches written.", s.index_commits);
+  gauge("kvfs_atime_updates_total", "counter", "Reads and opens that moved an atime.",
+        s.atime_updates);
+  gauge("kvfs_name_cache_entries", "gauge", "Names whose lookup answer is cached.",
+        s.name_cache_entries);
+  gauge("kvfs_name_cache_bytes", "gauge", "Memory charged to the name cache.",
+        s.name_cache_bytes);
+  gauge("kvfs_space_total_bytes", "gauge", "Data space of the volume.", s.total_bytes);
+  gauge("kvfs_space_free_bytes", "gauge", "Free data space.", s.free_bytes);
+  gauge("kvfs_space_largest_free_bytes", "gauge", "Largest free extent.", s.largest_free);
+  gauge("kvfs_batch_registrations", "gauge", "Live batch-ioctl buffer registrations.",
+        f.registrations);
+  gauge("kvfs_write_yields_total", "counter", "Writes that waited for another caller's reads.",
+        f.write_yields);
+  gauge("kvfs_write_yield_seconds_total", "counter",
+        "Time writes waited for other callers' reads.", f.write_yield_ns / 1e9);
+  o << "# HELP kvfs_fuse_requests_total FUSE requests received, by opcode.\n"
+       "# TYPE kvfs_fuse_requests_total counter\n";
+  for (const auto& [name, n] : f.requests) {
+    o << "kvfs_fuse_requests_total{op=\"" << name << "\"} " << n << "\n";
+  }
+  o << "# HELP kvfs_errors_total Failed calls by errno.\n# TYPE kvfs_errors_total counter\n";
+  for (auto [code, n] : s.errors) o << "kvfs_errors_total{errno=\"" << ErrnoName(code) << "\"} " << n << "\n";
+  return o.str();
+}
+
+}  // namespace kvfs::fuse

@@ -1,0 +1,102 @@
+// fuse/stats_render.h: what .kvfs/stats (JSON) and .kvfs/metrics
+// (Prometheus) show for a snapshot, and that both carry the same counters.
+#include "fuse/stats_render.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/histogram.h"
+
+namespace kvfs::fuse {
+namespace {
+
+HistogramSnapshot Latencies(uint64_t ns, int n) {
+  Histogram h;
+  for (int i = 0; i < n; ++i) h.Record(ns);
+  return h.Snapshot();
+}
+
+fs::StatsSnapshot Sample() {
+  fs::StatsSnapshot s;
+  s.ops[static_cast<size_t>(fs::Op::kLookup)].latency = Latencies(20'000, 3);
+  s.ops[static_cast<size_t>(fs::Op::kRead)].bytes = 1 << 20;
+  s.errors[ENOSPC] = 2;
+  fs::LaneStats read;
+  read.name = "read";
+  read.ops = 7;
+  read.bytes = 7 << 20;
+  read.inflight = 1;
+  read.queued = 4;
+  read.latency = Latencies(100'000, 7);
+  s.lanes.push_back(read);
+  fs::DeviceIoStats dev;
+  dev.path = "/tmp/img";
+  dev.ops = 9;
+  dev.bytes = 9 << 20;
+  dev.inflight_commands = 2;
+  s.devices = {dev, dev};
+  s.devices[1].path = "/tmp/img2";
+  s.cache.hits = 5;
+  s.total_bytes = 100;
+  s.free_bytes = 40;
+  return s;
+}
+
+FrontEndStats Front() {
+  FrontEndStats f;
+  f.registrations = 3;
+  f.write_yields = 2;
+  f.write_yield_ns = 1'500'000;
+  f.requests = {{"LOOKUP", 11}, {"READ", 12}};
+  return f;
+}
+
+TEST(StatsRenderTest, JsonCarriesTheSnapshotAndTheFrontEndFields) {
+  auto j = nlohmann::json::parse(StatsToJson(Sample(), Front()));
+  EXPECT_EQ(j["ops"]["lookup"]["latency"]["count"].get<uint64_t>(), 3u);
+  EXPECT_EQ(j["ops"]["read"]["bytes"].get<uint64_t>(), 1u << 20);
+  EXPECT_EQ(j["errors"]["ENOSPC"].get<uint64_t>(), 2u);
+  EXPECT_EQ(j["lanes"]["read"]["queued"].get<uint64_t>(), 4u);
+  ASSERT_EQ(j["devices"].size(), 2u);
+  EXPECT_EQ(j["devices"][1]["device"].get<int>(), 1);
+  EXPECT_EQ(j["devices"][1]["path"].get<std::string>(), "/tmp/img2");
+  EXPECT_EQ(j["cache"]["hits"].get<uint64_t>(), 5u);
+  EXPECT_EQ(j["space"]["free_bytes"].get<uint64_t>(), 40u);
+  EXPECT_EQ(j["batch"]["registrations"].get<uint64_t>(), 3u);
+  EXPECT_DOUBLE_EQ(j["write_yield"]["waited_ms"].get<double>(), 1.5);
+  EXPECT_EQ(j["requests"]["READ"].get<uint64_t>(), 12u);
+}
+
+TEST(StatsRenderTest, EmptySnapshotRendersEmptyCollections) {
+  auto j = nlohmann::json::parse(StatsToJson(fs::StatsSnapshot{}, FrontEndStats{}));
+  EXPECT_TRUE(j["devices"].is_array() && j["devices"].empty());
+  EXPECT_TRUE(j["errors"].is_object() && j["errors"].empty());
+  EXPECT_TRUE(j["requests"].is_object() && j["requests"].empty());
+}
+
+TEST(StatsRenderTest, PrometheusCarriesEveryLaneAndDeviceCounterOfTheJson) {
+  const fs::StatsSnapshot s = Sample();
+  const std::string prom = StatsToPrometheus(s, Front());
+  auto j = nlohmann::json::parse(StatsToJson(s, Front()));
+  for (const auto& [key, value] : j["lanes"]["read"].items()) {
+    if (key == "latency") continue;
+    const bool gauge = key == "inflight" || key == "queued";
+    const std::string name = "kvfs_lane_" + key + (gauge ? "" : "_total") + "{lane=\"read\"} ";
+    EXPECT_NE(prom.find(name), std::string::npos) << name;
+  }
+  EXPECT_NE(prom.find("kvfs_lane_queued{lane=\"read\"} 4\n"), std::string::npos);
+  EXPECT_NE(prom.find("kvfs_device_bytes_total{device=\"1\"} 9437184\n"), std::string::npos);
+  EXPECT_NE(prom.find("kvfs_device_seconds_count{device=\"0\"} 0\n"), std::string::npos);
+  EXPECT_NE(prom.find("kvfs_op_seconds_count{op=\"lookup\"} 3\n"), std::string::npos);
+  EXPECT_NE(prom.find("# TYPE kvfs_space_free_bytes gauge\nkvfs_space_free_bytes 40\n"),
+            std::string::npos);
+  EXPECT_NE(prom.find("kvfs_batch_registrations 3\n"), std::string::npos);
+  EXPECT_NE(prom.find("kvfs_fuse_requests_total{op=\"READ\"} 12\n"), std::string::npos);
+  EXPECT_NE(prom.find("kvfs_errors_total{errno=\"ENOSPC\"} 2\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvfs::fuse
