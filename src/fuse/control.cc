@@ -18,6 +18,7 @@
 #include "fuse/op_counters.h"
 #include "fuse/reply.h"
 #include "fuse/stats_render.h"
+#include "fuse/uring_transport.h"
 
 namespace kvfs::fuse::control {
 
@@ -257,6 +258,10 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     file = std::make_shared<OpenFile>();
     const fs::StatsSnapshot stats = s.fs->Stats();
     FrontEndStats front;
+    if (s.uring != nullptr && s.uring->active()) {
+      front.transport = s.uring->Describe();
+      front.uring = true;
+    }
     front.registrations = s.registry.Live();
     front.write_yields = s.read_priority.waits();
     front.write_yield_ns = s.read_priority.waited_ns();

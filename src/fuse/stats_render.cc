@@ -87,6 +87,7 @@ std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
                 {"free_extents", s.free_extents}};
   j["batch"] = {{"registrations", f.registrations}};
   j["write_yield"] = {{"waits", f.write_yields}, {"waited_ms", f.write_yield_ns / 1000000.0}};
+  j["transport"] = f.transport;
   j["requests"] = nlohmann::json::object();
   for (const auto& [name, n] : f.requests) j["requests"][name] = n;
   j["errors"] = nlohmann::json::object();
@@ -182,6 +183,9 @@ std::string StatsToPrometheus(const fs::StatsSnapshot& s, const FrontEndStats& f
         f.write_yields);
   gauge("kvfs_write_yield_seconds_total", "counter",
         "Time writes waited for other callers' reads.", f.write_yield_ns / 1e9);
+  gauge("kvfs_transport_uring", "gauge",
+        "1 when requests come over FUSE-over-io_uring queues, 0 over /dev/fuse.",
+        f.uring ? 1 : 0);
   o << "# HELP kvfs_fuse_requests_total FUSE requests received, by opcode.\n"
        "# TYPE kvfs_fuse_requests_total counter\n";
   for (const auto& [name, n] : f.requests) {

@@ -25,6 +25,10 @@
 namespace kvfs::fuse {
 
 struct FrontEndStats {
+  // How requests reach the daemon: "/dev/fuse", or
+  // UringTransport::Describe() ("io_uring (2 queues x 16 entries)").
+  std::string transport = "/dev/fuse";
+  bool uring = false;  // requests come over FUSE-over-io_uring queues
   // Live batch-ioctl buffer registrations (fuse/buffer_registry.h).
   uint64_t registrations = 0;
   // Writes that waited for another caller's reads, and how long in all

@@ -95,6 +95,16 @@ TEST(RenderStats, ListsFuseRequestsByOpcodeWithTheirTotal) {
   EXPECT_EQ(Row(RenderStats(Doc(1, 1, 1), nullptr, 0, "H"), "requests"), "requests  0");
 }
 
+TEST(RenderStats, NamesTheTransport) {
+  json now = Doc(1, 1, 1);
+  EXPECT_EQ(Row(RenderStats(now, nullptr, 0, "H"), "transport"), "transport -");
+  now["transport"] = "io_uring (2 queues x 16 entries)";
+  EXPECT_EQ(Row(RenderStats(now, nullptr, 0, "H"), "transport"),
+            "transport io_uring (2 queues x 16 entries)");
+  now["transport"] = 3;  // another shape
+  EXPECT_EQ(Row(RenderStats(now, nullptr, 0, "H"), "transport"), "transport -");
+}
+
 TEST(RenderStats, ToleratesADocumentOfAnotherShape) {
   for (const json& j : {json::object(), json{{"ops", 3}}, json{{"lanes", {{"x", "y"}}}},
                         json{{"cache", json::array()}}}) {

@@ -68,6 +68,19 @@ TEST(StatsRenderTest, JsonCarriesTheSnapshotAndTheFrontEndFields) {
   EXPECT_EQ(j["batch"]["registrations"].get<uint64_t>(), 3u);
   EXPECT_DOUBLE_EQ(j["write_yield"]["waited_ms"].get<double>(), 1.5);
   EXPECT_EQ(j["requests"]["READ"].get<uint64_t>(), 12u);
+  EXPECT_EQ(j["transport"].get<std::string>(), "/dev/fuse");
+}
+
+TEST(StatsRenderTest, TransportIsAJsonStringAndAPrometheusGauge) {
+  FrontEndStats f = Front();
+  EXPECT_NE(StatsToPrometheus(Sample(), f).find("\nkvfs_transport_uring 0\n"), std::string::npos);
+  f.transport = "io_uring (2 queues x 16 entries)";
+  f.uring = true;
+  auto j = nlohmann::json::parse(StatsToJson(Sample(), f));
+  EXPECT_EQ(j["transport"].get<std::string>(), "io_uring (2 queues x 16 entries)");
+  EXPECT_NE(StatsToPrometheus(Sample(), f)
+                .find("# TYPE kvfs_transport_uring gauge\nkvfs_transport_uring 1\n"),
+            std::string::npos);
 }
 
 TEST(StatsRenderTest, EmptySnapshotRendersEmptyCollections) {

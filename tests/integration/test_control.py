@@ -3,6 +3,7 @@ prefetch, sync) and the user.kvfs.prefetch hint, on a real kvfs mount."""
 import errno
 import json
 import os
+import re
 import stat
 import subprocess
 
@@ -88,6 +89,22 @@ def test_metrics_is_prometheus_text(vol):
     text = get(vol.p(".kvfs", "metrics")).decode()
     assert 'kvfs_op_seconds_count{op="lookup"}' in text
     assert "# TYPE kvfs_op_seconds histogram" in text
+
+
+def test_stats_and_metrics_name_the_transport_the_mount_uses(vol):
+    transport = stats(vol)["transport"]
+    text = get(vol.p(".kvfs", "metrics")).decode()
+    assert "# TYPE kvfs_transport_uring gauge\n" in text
+    uring = re.search(r"^kvfs_transport_uring (\d)$", text, re.M).group(1) == "1"
+    # The suite runs once per transport (conftest.py); without one, auto.
+    want = os.environ.get("KVFS_TRANSPORT", "")
+    if want == "dev":
+        assert transport == "/dev/fuse" and not uring
+    elif want == "uring":
+        assert re.fullmatch(r"io_uring \(\d+ queues x \d+ entries\)", transport) and uring, transport
+    else:
+        assert transport == "/dev/fuse" or (transport.startswith("io_uring (") and uring), transport
+        assert uring == transport.startswith("io_uring")
 
 
 def test_control_files_open_only_in_their_direction(vol):

@@ -144,6 +144,7 @@ def test_stats_table_shows_every_section_with_the_json_numbers(vol):
     space = s["space"]
     assert (f"space     {human(space['total_bytes'])} total, {human(space['free_bytes'])} free, "
             f"largest free extent {human(space['largest_free_bytes'])}") in out
+    assert f"transport {s['transport']}" in lines
     assert re.search(r"^errors    none$", out, re.M)
 
 

@@ -215,6 +215,12 @@ std::string RenderStats(const json& now, const json* prev, double interval_s,
            HumanBytes(U(now, {"space", "free_bytes"})).c_str(),
            HumanBytes(U(now, {"space", "largest_free_bytes"})).c_str(),
            static_cast<unsigned long long>(U(now, {"space", "free_extents"})));
+  // How requests reach the daemon (/dev/fuse or FUSE over io_uring).
+  const json* transport = At(now, {"transport"});
+  o += Fmt("%-9s %s\n", "transport",
+           transport != nullptr && transport->is_string()
+               ? transport->get_ref<const std::string&>().c_str()
+               : "-");
   // FUSE requests by opcode (every request the kernel sent, counted once).
   const json* requests = At(now, {"requests"});
   std::string reqs;
