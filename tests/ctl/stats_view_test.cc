@@ -95,6 +95,41 @@ TEST(RenderStats, ListsFuseRequestsByOpcodeWithTheirTotal) {
   EXPECT_EQ(Row(RenderStats(Doc(1, 1, 1), nullptr, 0, "H"), "requests"), "requests  0");
 }
 
+TEST(RenderStats, ShowsADeviceTableWithRatesPerDevice) {
+  auto device = [](int i, uint64_t ops, uint64_t bytes) {
+    return json{{"device", i},
+                {"path", "/var/tmp/d" + std::to_string(i) + ".img"},
+                {"ops", ops},
+                {"bytes", bytes},
+                {"errors", i},
+                {"inflight_commands", 2},
+                {"queued", 5},
+                {"latency", {{"count", ops}, {"p50_us", 80.5}, {"p99_us", 2530.0}}}};
+  };
+  json prev = Doc(1, 1, 1), now = Doc(1, 1, 1);
+  prev["devices"] = {device(0, 10, 1 << 20), device(1, 0, 0)};
+  now["devices"] = {device(0, 30, 5 << 20), device(1, 4, 4096)};
+  std::string t = RenderStats(now, nullptr, 0, "H");
+  EXPECT_NE(t.find("\nDEVICE        OPS    BYTES IN-FLIGHT  QUEUED  ERRORS      P50      P99  PATH\n"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(Row(t, "0"),
+            "0              30     5.0M         2       5       0   80.5us   2.53ms  /var/tmp/d0.img");
+  EXPECT_EQ(Row(t, "1"),
+            "1               4     4.0K         2       5       1   80.5us   2.53ms  /var/tmp/d1.img");
+  // 20 commands and 4 MiB in 2 s on device 0.
+  t = RenderStats(now, &prev, 2.0, "H");
+  EXPECT_EQ(Row(t, "0"), "0              30       10     5.0M     2.0M         2       5       0   "
+                         "80.5us   2.53ms  /var/tmp/d0.img");
+  // No device array (a daemon of another version): no table.
+  EXPECT_EQ(RenderStats(Doc(1, 1, 1), nullptr, 0, "H").find("DEVICE"), std::string::npos);
+  json odd = Doc(1, 1, 1);
+  odd["devices"] = {3, json::object()};
+  t = RenderStats(odd, &odd, 1.0, "H");
+  EXPECT_EQ(Row(t, "1"), "1               0        -        0        -         0       0       0"
+                         "        -        -  -");
+}
+
 TEST(RenderStats, NamesTheTransport) {
   json now = Doc(1, 1, 1);
   EXPECT_EQ(Row(RenderStats(now, nullptr, 0, "H"), "transport"), "transport -");

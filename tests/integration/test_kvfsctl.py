@@ -138,6 +138,15 @@ def test_stats_table_shows_every_section_with_the_json_numbers(vol):
     assert {r[0] for r in lane_rows} == set(s["lanes"])
     for r in lane_rows:
         assert int(r[1]) == s["lanes"][r[0]]["ops"], r
+    dev_head = next(l for l in lines if l.startswith("DEVICE "))
+    assert dev_head.split() == ["DEVICE", "OPS", "BYTES", "IN-FLIGHT", "QUEUED", "ERRORS", "P50",
+                                "P99", "PATH"]
+    start = lines.index(dev_head)
+    dev_rows = [l.split() for l in lines[start + 1:lines.index("", start)]]
+    assert [(int(r[0]), r[-1]) for r in dev_rows] == [(d["device"], d["path"])
+                                                      for d in s["devices"]]
+    assert dev_rows[0][-1] == vol.mount.image
+    assert int(dev_rows[0][1]) == s["devices"][0]["ops"] > 0
     assert f"hits {s['cache']['hits']}, misses {s['cache']['misses']}" in out
     assert re.search(r"^prefetch  read \S+, used \S+, wasted \S+", out, re.M)
     assert re.search(r"^staging   0 staged \(dirty\) of ", out, re.M)

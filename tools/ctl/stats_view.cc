@@ -67,6 +67,25 @@ class Rates {
     if (a == nullptr || b == nullptr || U(b) < U(a)) return NAN;
     return static_cast<double>(U(b) - U(a)) / interval_s_;
   }
+  // The same for member `key` of element `i` of array `array` (a device of
+  // "devices"), when both documents have that element.
+  double OfElement(const json& now, std::string_view array, size_t i, std::string_view key) const {
+    if (!on()) return NAN;
+    const json* a = Element(*prev_, array, i);
+    const json* b = Element(now, array, i);
+    if (a == nullptr || b == nullptr) return NAN;
+    const json* x = At(*a, {key});
+    const json* y = At(*b, {key});
+    if (x == nullptr || y == nullptr || U(y) < U(x)) return NAN;
+    return static_cast<double>(U(y) - U(x)) / interval_s_;
+  }
+  static const json* Element(const json& doc, std::string_view array, size_t i) {
+    const json* arr = At(doc, {array});
+    if (arr == nullptr || !arr->is_array() || i >= arr->size() || !(*arr)[i].is_object()) {
+      return nullptr;
+    }
+    return &(*arr)[i];
+  }
 
  private:
   const json* prev_;
@@ -184,6 +203,44 @@ std::string RenderStats(const json& now, const json* prev, double interval_s,
       o += Fmt("%-9s %10llu %8s %9llu %7llu %7llu %8s %8s\n", name.c_str(), n, bytes.c_str(),
                inflight, queued, errors, Latency(lat, "p50_us").c_str(),
                Latency(lat, "p99_us").c_str());
+    }
+  }
+
+  // Devices of the volume (every lane's commands to each), when it has any.
+  const json* devices = At(now, {"devices"});
+  if (devices != nullptr && devices->is_array() && !devices->empty()) {
+    o += "\n";
+    if (rate.on()) {
+      o += Fmt("%-6s %10s %8s %8s %8s %9s %7s %7s %8s %8s  %s\n", "DEVICE", "OPS", "OPS/S",
+               "BYTES", "BYTES/S", "IN-FLIGHT", "QUEUED", "ERRORS", "P50", "P99", "PATH");
+    } else {
+      o += Fmt("%-6s %10s %8s %9s %7s %7s %8s %8s  %s\n", "DEVICE", "OPS", "BYTES", "IN-FLIGHT",
+               "QUEUED", "ERRORS", "P50", "P99", "PATH");
+    }
+    for (size_t i = 0; i < devices->size(); ++i) {
+      static const json kEmpty = json::object();
+      const json* d = Rates::Element(now, "devices", i);
+      if (d == nullptr) d = &kEmpty;
+      const json* lat = At(*d, {"latency"});
+      if (lat == nullptr) lat = &kEmpty;
+      const json* path = At(*d, {"path"});
+      const std::string path_s =
+          path != nullptr && path->is_string() ? path->get<std::string>() : "-";
+      const json* index = At(*d, {"device"});
+      const unsigned long long dev = index != nullptr && index->is_number() ? U(index) : i;
+      const unsigned long long n = U(*d, {"ops"}), inflight = U(*d, {"inflight_commands"}),
+                               queued = U(*d, {"queued"}), errors = U(*d, {"errors"});
+      const std::string bytes = HumanBytes(U(*d, {"bytes"}));
+      if (rate.on()) {
+        o += Fmt("%-6llu %10llu %8s %8s %8s %9llu %7llu %7llu %8s %8s", dev, n,
+                 Count(rate.OfElement(now, "devices", i, "ops")).c_str(), bytes.c_str(),
+                 BytesRate(rate.OfElement(now, "devices", i, "bytes")).c_str(), inflight, queued,
+                 errors, Latency(lat, "p50_us").c_str(), Latency(lat, "p99_us").c_str());
+      } else {
+        o += Fmt("%-6llu %10llu %8s %9llu %7llu %7llu %8s %8s", dev, n, bytes.c_str(), inflight,
+                 queued, errors, Latency(lat, "p50_us").c_str(), Latency(lat, "p99_us").c_str());
+      }
+      o += "  " + path_s + "\n";  // last, and outside Fmt's buffer: paths can be long
     }
   }
 
