@@ -3,7 +3,8 @@
 //
 // Where things are:
 //   file_system.cc     the facade: the EROFS gate and metrics for every
-//                      call (fs/calls.h), construction and shutdown
+//                      call (fs/calls.h), construction and shutdown,
+//                      flushes, the stats snapshot
 //   inode_table.*      live inodes, lookup/open counts, InodePin
 //   handle_table.h     open file and directory handles
 //   path.h             name and path syntax (one errno table)
