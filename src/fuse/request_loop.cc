@@ -118,7 +118,9 @@ RequestLoop::RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::mi
 
 RequestLoop::~RequestLoop() {
   for (fuse_buf& b : spare_) std::free(b.mem);
-  for (Queued& q : queue_) std::free(q.buf.mem);
+  for (Queued& q : queue_) {
+    if (q.done == nullptr) std::free(q.buf.mem);
+  }
   if (stop_fd_ >= 0) close(stop_fd_);
 }
 
@@ -191,14 +193,13 @@ void RequestLoop::Fail(int error) {
   Stop();
 }
 
-bool RequestLoop::Offload(const fuse_buf& buf) {
+bool RequestLoop::Offload(const fuse_buf& buf, Done done, void* ctx) {
   std::lock_guard<std::mutex> l(mu_);
   if (stopping_ || !HaveWorker()) return false;
   Queued q;
-  q.buf.mem = std::malloc(buf.size);
-  if (q.buf.mem == nullptr) return false;
-  std::memcpy(q.buf.mem, buf.mem, buf.size);
-  q.buf.size = buf.size;
+  q.buf = buf;
+  q.done = done;
+  q.ctx = ctx;
   queue_.push_back(q);
   if (idle_workers_ > 0) work_cv_.notify_one();
   return true;
@@ -305,6 +306,10 @@ bool RequestLoop::Enqueue(fuse_buf& buf) {
 }
 
 void RequestLoop::Recycle(Queued& q) {
+  if (q.done != nullptr) {
+    q.done(q.ctx);
+    return;
+  }
   std::lock_guard<std::mutex> l(mu_);
   // A few receive buffers are kept for the receiver; copies and a burst's
   // other buffers go back to the allocator.

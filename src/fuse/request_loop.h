@@ -73,9 +73,13 @@ class RequestLoop {
   // a worker. `backlog`: the request was already waiting when the one
   // before it was done (several callers are active). Any thread.
   bool RunsInReceiver(const fuse_buf& buf, bool backlog) const;
-  // Hands a copy of `buf` to a worker; false if none can take it (the loop
-  // is ending, no thread, no memory): the caller runs it. Any thread.
-  bool Offload(const fuse_buf& buf);
+  // Hands `buf` to a worker, which runs it in place (no copy) and then
+  // calls done(ctx); `buf` must stay valid until then. False if no worker
+  // can take it (the loop is ending, no thread): the caller runs it. Any
+  // thread (an io_uring queue, whose entry holds the request until its
+  // reply).
+  using Done = void (*)(void* ctx);
+  bool Offload(const fuse_buf& buf, Done done, void* ctx);
   // Ends Run() with `error` (a transport that cannot serve). Any thread.
   void Fail(int error);
 
@@ -85,6 +89,8 @@ class RequestLoop {
   struct Queued {
     fuse_buf buf{};
     bool large = false;  // a receive buffer (else a copy of a small request)
+    Done done = nullptr;  // set: `buf` is the offloader's, handed back here
+    void* ctx = nullptr;
   };
   // Runs a request on a worker, or here if it cannot be queued.
   void Dispatch(fuse_buf& buf);

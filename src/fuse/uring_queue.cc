@@ -286,12 +286,22 @@ void UringQueue::TakeRequest(UringEntry* e, bool backlog) {
   fuse_buf buf{};
   buf.mem = start;
   buf.size = in.len;
+  // A worker runs the request in the entry's buffer, which stays the
+  // request's until it is committed.
   RequestLoop* loop = transport_.loop();
-  if (loop == nullptr || loop->RunsInReceiver(buf, backlog) || !loop->Offload(buf)) {
-    fuse_session_process_buf(transport_.session(), &buf);
+  if (loop != nullptr && !loop->RunsInReceiver(buf, backlog) &&
+      loop->Offload(buf, &UringQueue::Processed, e)) {
+    return;
   }
+  fuse_session_process_buf(transport_.session(), &buf);
   const uint8_t before = e->state.fetch_or(kProcessed, std::memory_order_acq_rel);
   if (before & kReplied) Commit(e);
+}
+
+void UringQueue::Processed(void* entry) {
+  auto* e = static_cast<UringEntry*>(entry);
+  const uint8_t before = e->state.fetch_or(kProcessed, std::memory_order_acq_rel);
+  if (before & kReplied) e->queue->PushReady(e);
 }
 
 ssize_t UringQueue::Reply(UringEntry* e, const iovec* iov, int count) {

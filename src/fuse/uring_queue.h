@@ -83,6 +83,8 @@ class UringQueue {
   int SetUp();
   void Serve();
   void TakeRequest(UringEntry* e, bool backlog);
+  // A worker finished running the request of `entry` (RequestLoop::Done).
+  static void Processed(void* entry);
   // Both bits are set: finish the reply and queue the commit.
   void Commit(UringEntry* e);
   void PushReady(UringEntry* e);

@@ -173,7 +173,9 @@ ssize_t UringTransport::Read(int fd, void* buf, size_t len) {
 // interrupts and forgets after, come this way. One that fits libfuse's
 // buffer is copied there; a larger one (a write right after the mount) is
 // run from here, as the receiver would run it, and the read reports EAGAIN
-// (the request loop then polls the device again).
+// (the request loop then polls the device again). It runs here even if it
+// may wait for staging memory: the buffer is needed for the next read, and
+// a write never needs another request of the mount to finish.
 ssize_t UringTransport::ReadLarge(int fd, void* buf, size_t len) {
   ssize_t n = ::read(fd, large_buf_.get(), large_buf_size_);
   if (n < 0 || static_cast<size_t>(n) <= len) {
@@ -183,9 +185,7 @@ ssize_t UringTransport::ReadLarge(int fd, void* buf, size_t len) {
   fuse_buf b{};
   b.mem = large_buf_.get();
   b.size = static_cast<size_t>(n);
-  if (loop_ == nullptr || loop_->RunsInReceiver(b, false) || !loop_->Offload(b)) {
-    fuse_session_process_buf(se_, &b);
-  }
+  fuse_session_process_buf(se_, &b);
   errno = EAGAIN;
   return -1;
 }
