@@ -21,6 +21,9 @@
 //   whole_file_write.cc  WriteFile
 //   xattr_ops.cc       extended attributes (rules: xattr.h)
 //   atime.cc           access times and their flushes (atime.h)
+//
+// Thread safety: as FileSystem (any thread). Each member names the lock
+// that guards it; the lock order is written on ns_mu_.
 #pragma once
 
 #include <fcntl.h>

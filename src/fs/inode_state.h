@@ -10,6 +10,10 @@
 // File data is handled in chunks of kChunkBytes at chunk-aligned file
 // offsets. A chunk's installed extents cover [chunk start, chunk start +
 // AlignUp(content, 4 KiB)); a chunk never shares an extent with another.
+//
+// Thread safety: the fields are GUARDED_BY(mu) unless their comment says
+// otherwise; the lock order is written on `mu`. Shared by reference
+// (InodeRef, fs/inode_table.h), which decides how long it stays live.
 #pragma once
 
 #include <sys/stat.h>

@@ -2,6 +2,8 @@
 // as Linux's file_remove_privs() and the kernel's FUSE_HANDLE_KILLPRIV_V2
 // contract ask: S_ISUID always, S_ISGID only with group-execute (without
 // it the bit marks mandatory locking and stays). Regular files only.
+//
+// A pure function; the caller holds the inode's lock for the change.
 #pragma once
 
 #include <sys/stat.h>
