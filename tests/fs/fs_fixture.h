@@ -14,6 +14,7 @@
 #include "fs/file_system.h"
 #include "util/pattern.h"
 #include "util/temp_dir.h"
+#include "util/write_gate_io.h"
 #include "volume/format_volume.h"
 #include "volume/volume.h"
 
@@ -102,6 +103,24 @@ class FsTest : public ::testing::Test {
   std::string img_;
   std::unique_ptr<volume::Volume> vol_;
   std::unique_ptr<FileSystem> fs_;
+};
+
+// `Base` (FsTest or a fixture made from it) with the volume's device behind
+// a WriteGateIo (tests/util/write_gate_io.h), so that a test holds data
+// writes back and releases them when it chooses.
+template <typename Base>
+class WriteGated : public Base {
+ protected:
+  volume::VolumeOptions VolumeOpts() override {
+    auto o = Base::VolumeOpts();
+    o.wrap_io = [this](device::BlockIo& inner) {
+      auto g = std::make_unique<testing::WriteGateIo>(inner);
+      gate_ = g.get();
+      return g;
+    };
+    return o;
+  }
+  testing::WriteGateIo* gate_ = nullptr;  // owned by the volume
 };
 
 }  // namespace kvfs::fs

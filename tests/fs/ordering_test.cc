@@ -14,35 +14,21 @@
 namespace kvfs::fs {
 namespace {
 
-using kvfs::testing::WriteGateIo;
-
-class OrderingTest : public FsTest {
- protected:
-  volume::VolumeOptions VolumeOpts() override {
-    auto o = FsTest::VolumeOpts();
-    o.wrap_io = [this](device::BlockIo& inner) {
-      auto h = std::make_unique<WriteGateIo>(inner);
-      holding_ = h.get();
-      return h;
-    };
-    return o;
-  }
-  WriteGateIo* holding_ = nullptr;
-};
+using OrderingTest = WriteGated<FsTest>;
 
 TEST_F(OrderingTest, RenameIsNotCommittedBeforeTheDataItDependsOn) {
   // Something unrelated, committed before the hold.
   Store(kRootIno, "before", "early");
   ASSERT_TRUE(fs_->FlushAll().ok());
 
-  holding_->Hold();
+  gate_->Hold();
   std::string data = Pattern(3 << 20, 11);
   Store(kRootIno, "key.tmp", data);
   ASSERT_TRUE(fs_->Rename(kRootIno, "key.tmp", kRootIno, "key", 0).ok());
   // A later, independent change queued behind the rename.
   auto d = fs_->MkDir(kRootIno, "later", 0755, Caller{});
   ASSERT_TRUE(d.ok());
-  ASSERT_GT(holding_->held(), 0u);
+  ASSERT_GT(gate_->held(), 0u);
 
   // The live namespace already shows the rename...
   EXPECT_TRUE(fs_->Lookup(kRootIno, "key").ok());
@@ -55,7 +41,7 @@ TEST_F(OrderingTest, RenameIsNotCommittedBeforeTheDataItDependsOn) {
   EXPECT_EQ(idx.LookupEntry(kRootIno, "later").status().code(), ENOENT);
   EXPECT_TRUE(idx.LookupEntry(kRootIno, "before").ok());
 
-  holding_->Release();
+  gate_->Release();
   ASSERT_TRUE(fs_->FlushAll().ok());
   auto ino = idx.LookupEntry(kRootIno, "key");
   ASSERT_TRUE(ino.ok());
@@ -74,7 +60,7 @@ TEST_F(OrderingTest, CommittedSizeNeverRunsAheadOfWrittenData) {
   ASSERT_TRUE(fs_->Write(c->fh, 0, first).ok());
   ASSERT_TRUE(fs_->Flush(c->fh).ok());
   ASSERT_TRUE(fs_->FlushAll().ok());
-  holding_->Hold();
+  gate_->Hold();
   ASSERT_TRUE(fs_->Write(c->fh, first.size(), Pattern(3 << 20, 2)).ok());
   // Metadata-only change that captures the record while data is held.
   SetAttrRequest chmod;
@@ -85,7 +71,7 @@ TEST_F(OrderingTest, CommittedSizeNeverRunsAheadOfWrittenData) {
   ASSERT_TRUE(rec.ok());
   EXPECT_EQ(rec->size, first.size());  // not the 5 MiB the live file has
   EXPECT_EQ(rec->mode & 0777, 0600u);
-  holding_->Release();
+  gate_->Release();
   fs_->Release(c->fh);
   ASSERT_TRUE(fs_->FlushAll().ok());
   EXPECT_EQ(vol_->index().GetInode(c->attr.ino)->size, 5u << 20);
@@ -95,13 +81,13 @@ TEST_F(OrderingTest, FsyncReturnsOnlyAfterDataAndIndexAreDurable) {
   auto c = fs_->Create(kRootIno, "synced", 0644, O_WRONLY, Caller{});
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(fs_->Write(c->fh, 0, Pattern(1 << 20, 3)).ok());
-  holding_->Hold();
+  gate_->Hold();
   ASSERT_TRUE(fs_->Write(c->fh, 1 << 20, Pattern(4096, 4)).ok());
   std::promise<Status> p;
   auto f = p.get_future();
   fs_->Fsync(c->fh, false, [&](Status st) { p.set_value(st); });
   EXPECT_EQ(f.wait_for(std::chrono::milliseconds(150)), std::future_status::timeout);
-  holding_->Release();
+  gate_->Release();
   EXPECT_TRUE(f.get().ok());
   EXPECT_EQ(vol_->index().GetInode(c->attr.ino)->size, (1u << 20) + 4096);
   fs_->Release(c->fh);

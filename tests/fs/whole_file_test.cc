@@ -632,21 +632,7 @@ TEST_F(WholeFileBench, DISABLED_ReadFileZeroCopyAgainstCopy) {
 namespace kvfs::fs {
 namespace {
 
-using kvfs::testing::WriteGateIo;
-
-class WholeFileOrderingTest : public WholeFileTest {
- protected:
-  volume::VolumeOptions VolumeOpts() override {
-    auto o = WholeFileTest::VolumeOpts();
-    o.wrap_io = [this](device::BlockIo& inner) {
-      auto g = std::make_unique<WriteGateIo>(inner);
-      gate_ = g.get();
-      return g;
-    };
-    return o;
-  }
-  WriteGateIo* gate_ = nullptr;
-};
+using WholeFileOrderingTest = WriteGated<WholeFileTest>;
 
 TEST_F(WholeFileOrderingTest, TheNameSwitchesOnlyAfterEveryDataWriteCompleted) {
   std::string old_data = Pattern(1 << 20, 1), new_data = Pattern((2 << 20) + 10, 2);
