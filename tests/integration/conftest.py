@@ -14,6 +14,7 @@ becomes every mount's -o transport=. The uring run switches the kernel's
 FUSE over io_uring on for its duration (and back afterwards); on a kernel
 without it, it says so and skips.
 """
+import contextlib
 import os
 import signal
 import shutil
@@ -67,14 +68,22 @@ def _transport():
     if not os.path.exists(URING_PARAM):
         pytest.skip("this kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING): "
                     "the io_uring run is skipped")
-    with open(URING_PARAM) as f:
+    with kernel_param(URING_PARAM, "Y"):
+        yield
+
+
+@contextlib.contextmanager
+def kernel_param(path, value):
+    """The kernel parameter file `path` (/sys/module/..., /proc/sys/...) set
+    to `value` (as root) inside the block, and put back as it was after."""
+    with open(path) as f:
         before = f.read().strip()
-    with open(URING_PARAM, "w") as f:
-        f.write("Y")
+    with open(path, "w") as f:
+        f.write(value)
     try:
         yield
     finally:
-        with open(URING_PARAM, "w") as f:
+        with open(path, "w") as f:
             f.write(before)
 
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import (KVFS_BIN, MiB, Mount, TRANSPORT, URING_PARAM, mkfs,
+from conftest import (KVFS_BIN, MiB, Mount, TRANSPORT, URING_PARAM, kernel_param, mkfs,
                       mounted_fstype)
 from kvio import payload, read_file, read_stats, write_file
 
@@ -23,19 +23,11 @@ pytestmark = pytest.mark.skipif(TRANSPORT != "uring",
                                 reason="transport tests belong to the io_uring run")
 
 
-def uring_param(value):
-    with open(URING_PARAM, "w") as f:
-        f.write(value)
-
-
 @pytest.fixture
 def uring_off():
     """FUSE over io_uring switched off for the test (the run switches it on)."""
-    uring_param("N")
-    try:
+    with kernel_param(URING_PARAM, "N"):
         yield
-    finally:
-        uring_param("Y")
 
 
 def new_mount(workdir, options, size=512 * MiB, name="t"):
@@ -201,15 +193,8 @@ def pages_limit_4mib():
     """The kernel's cap on a FUSE request raised to 4 MiB for the test."""
     if not os.path.exists(PAGES_LIMIT):
         pytest.skip(f"this kernel has no {PAGES_LIMIT}")
-    with open(PAGES_LIMIT) as f:
-        saved = f.read().strip()
-    with open(PAGES_LIMIT, "w") as f:
-        f.write("1024")
-    try:
+    with kernel_param(PAGES_LIMIT, "1024"):
         yield
-    finally:
-        with open(PAGES_LIMIT, "w") as f:
-            f.write(saved)
 
 
 def direct_buffer(data):
