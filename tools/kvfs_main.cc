@@ -88,6 +88,15 @@ constexpr const char* kUsage =
     "                        (relatime)\n"
     "  atime_flush_s=N       moved atimes not carried by another commit are written\n"
     "                        this often; a crash loses at most this much (30)\n"
+    "  evict=off|lru         when the data space used reaches evict_high, unlink the\n"
+    "                        least recently used files down to evict_low (off)\n"
+    "  evict_high=PCT        % of data space used that starts an eviction pass (90)\n"
+    "  evict_low=PCT         % where the pass stops (80)\n"
+    "  evict_min_age=S       a file used this recently is never evicted, seconds (60)\n"
+    "  evict_scope=SCOPE     mount (every file) or xattr (only files under a\n"
+    "                        directory whose user.kvfs.evict says lru) (mount)\n"
+    "  evict_wait_ms=N       a write that finds the volume full waits this long for\n"
+    "                        eviction before ENOSPC, milliseconds (2000)\n"
     "  log_level=L           trace, debug, info, warn, error, critical, off (info)\n"
     "  verify=on|off         check every extent read from the device against its\n"
     "                        crc32c; a mismatch fails the read with EIO (off)\n"
@@ -126,6 +135,11 @@ struct Config {
   char* verify = nullptr;
   kvfs::fs::AtimeMode atime = kvfs::fs::AtimeMode::kRelatime;
   unsigned atime_flush_s = 30;
+  char* evict = nullptr;
+  unsigned evict_high = 90, evict_low = 80;
+  unsigned evict_min_age = 60;
+  char* evict_scope = nullptr;
+  unsigned evict_wait_ms = 2000;
   int fault_injection = 0;
   char* fault_eio = nullptr;
   int shape = 0;
@@ -138,7 +152,7 @@ struct Config {
 // The strings fuse_opt_parse allocated into `cfg`.
 void FreeStrings(Config& cfg) {
   for (char* p : {cfg.index, cfg.log_level, cfg.prefetch, cfg.verify, cfg.fault_eio, cfg.transport,
-                 cfg.shape_spec}) {
+                 cfg.shape_spec, cfg.evict, cfg.evict_scope}) {
     std::free(p);
   }
 }
@@ -180,6 +194,12 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("shape", shape),
     KVFS_OPT("shape=%s", shape_spec),
     KVFS_OPT("atime_flush_s=%u", atime_flush_s),
+    KVFS_OPT("evict=%s", evict),
+    KVFS_OPT("evict_high=%u", evict_high),
+    KVFS_OPT("evict_low=%u", evict_low),
+    KVFS_OPT("evict_min_age=%u", evict_min_age),
+    KVFS_OPT("evict_scope=%s", evict_scope),
+    KVFS_OPT("evict_wait_ms=%u", evict_wait_ms),
     FUSE_OPT_KEY("relatime", kKeyRelatime),
     FUSE_OPT_KEY("strictatime", kKeyStrictatime),
     FUSE_OPT_KEY("noatime", kKeyNoatime),
@@ -445,6 +465,30 @@ int main(int argc, char** argv) {
   if (cfg.atime_flush_s == 0 || cfg.atime_flush_s > 86400) Fail("atime_flush_s must be 1 to 86400");
   fsopt.atime = cfg.atime;
   fsopt.atime_flush_ms = cfg.atime_flush_s * 1000;
+  if (cfg.evict != nullptr) {
+    const std::string v = cfg.evict;
+    if (v == "lru") {
+      fsopt.eviction.enabled = true;
+    } else if (v != "off") {
+      Fail("evict=" + v + ": not one of off, lru");
+    }
+  }
+  if (cfg.evict_high == 0 || cfg.evict_high > 100) Fail("evict_high must be 1 to 100");
+  if (cfg.evict_low >= cfg.evict_high) Fail("evict_low must be below evict_high");
+  if (cfg.evict_min_age > 86400 * 365) Fail("evict_min_age must be at most a year, in seconds");
+  if (cfg.evict_wait_ms > 600000) Fail("evict_wait_ms must be at most 600000");
+  fsopt.eviction.high_pct = cfg.evict_high;
+  fsopt.eviction.low_pct = cfg.evict_low;
+  fsopt.eviction.min_age_ns = static_cast<int64_t>(cfg.evict_min_age) * 1'000'000'000;
+  fsopt.eviction.writer_wait = std::chrono::milliseconds(cfg.evict_wait_ms);
+  if (cfg.evict_scope != nullptr) {
+    const std::string v = cfg.evict_scope;
+    if (v == "xattr") {
+      fsopt.eviction.scope = kvfs::fs::EvictScope::kXattr;
+    } else if (v != "mount") {
+      Fail("evict_scope=" + v + ": not one of mount, xattr");
+    }
+  }
   if (cfg.prefetch != nullptr) {
     std::string mode = cfg.prefetch;
     if (mode == "off") {

@@ -56,7 +56,7 @@ void AtimeLog::Run() {
 // ------------------------------------------------------ FileSystem::Impl
 
 void FileSystem::Impl::NoteUse(const InodeRef& i, int64_t now_ns) {
-  i->last_use_ns.store(now_ns, std::memory_order_relaxed);
+  UsedForEviction(*i, now_ns);
   if (!AtimeDue(options_.atime, i->rec, now_ns)) return;
   i->rec.atime_ns = now_ns;
   if (i->atime_dirty) return;  // already logged, not yet flushed

@@ -20,9 +20,8 @@
 // index commit per file per interval, and under relatime at most one per
 // file per day unless the file is written.
 //
-// The eviction policy reads the same recency: rec.atime_ns (persisted,
-// under the inode's mu) and InodeState::last_use_ns (every use, exact,
-// lock-free).
+// The eviction policy (fs/recency.h) keeps its exact order in memory and
+// rebuilds it at mount from these persisted atimes.
 //
 // Thread safety: AtimeLog's methods may be called from any thread.
 #pragma once

@@ -53,10 +53,12 @@ FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
       [this](const std::vector<InodeRef>& looked_up, const std::vector<uint64_t>& guesses) {
         PrefetchQueued(looked_up, guesses);
       });
+  StartEviction();
 }
 
 FileSystem::Impl::~Impl() {
   Shutdown().ignore();  // errors were logged; nobody is left to tell
+  evictor_.reset();  // stopped by Shutdown(); before what its hooks use
   prefetcher_->Stop();  // before the scheduler it submits to goes
   sched_.reset();  // every request completes (their callbacks may queue changes)
   // No I/O into the cache is left: nothing registers any more, and what
@@ -167,11 +169,26 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.free_bytes = sp.free_bytes;
   s.largest_free = sp.largest_free;
   s.free_extents = sp.free_extents;
+  if (evictor_) {
+    const EvictionCounters e = evictor_->counters();
+    s.evict_on = true;
+    s.evict_high_pct = options_.eviction.high_pct;
+    s.evict_low_pct = options_.eviction.low_pct;
+    s.evict_min_age_ns = options_.eviction.min_age_ns;
+    s.evict_scope_xattr = options_.eviction.scope == EvictScope::kXattr;
+    s.evicted_files = e.files;
+    s.evicted_bytes = e.bytes;
+    s.evict_passes = e.passes;
+    s.evict_writer_waits = e.writer_waits;
+    s.evict_writer_wait_ns = e.writer_wait_ns;
+    s.evict_last_age_ns = e.last_age_ns;
+  }
   return s;
 }
 
 Status FileSystem::Impl::Shutdown() {
   if (shut_down_) return Status::OK();
+  if (evictor_) evictor_->Stop();  // no unlink after the drain below
   atime_->Stop();
   atime_->Flush();  // every moved atime, in the synced drain below
   Status st = FlushAll();
@@ -388,6 +405,16 @@ Result<uint64_t> FileSystem::ResolvePath(std::string_view path) { return impl_->
 Status FileSystem::DropCache() { return impl_->DropCache(); }
 CacheStats FileSystem::cache_stats() { return impl_->cache_->counters(); }
 StatsSnapshot FileSystem::Stats() { return impl_->Stats(); }
+void FileSystem::SetEvictionListener(
+    std::function<void(uint64_t, std::string_view, uint64_t)> fn) {
+  impl_->SetEvictionListener(std::move(fn));
+}
+Result<uint64_t> FileSystem::Evict(unsigned to_percent) {
+  if (!impl_->evictor_) return Status::Error(EINVAL, "eviction is off (mount with -o evict=lru)");
+  if (to_percent > 100) return Status::Error(EINVAL, "evict: percent over 100");
+  KVFS_RETURN_IF_ERROR(impl_->Writable());
+  return impl_->evictor_->RunPass(to_percent);
+}
 Result<Attr> FileSystem::LookupPath(uint64_t dir, std::string_view path, const Caller& caller) {
   return Run(Call::kLookupPath, [&] { return impl_->LookupPath(dir, path, caller); });
 }

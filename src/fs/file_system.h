@@ -50,6 +50,7 @@
 
 #include "common/status.h"
 #include "fs/cache_stats.h"
+#include "fs/eviction.h"
 #include "io/lane.h"
 #include "volume/volume.h"
 
@@ -139,6 +140,8 @@ struct FileSystemOptions {
   // Moved atimes not carried by another commit are queued this often (a
   // crash loses at most this much of them), and at Shutdown().
   unsigned atime_flush_ms = 30000;
+  // Capacity watermarks and LRU eviction (fs/eviction.h); off by default.
+  EvictionOptions eviction;
 };
 
 class FileSystem {
@@ -254,6 +257,17 @@ class FileSystem {
   // fs/'s part of what MOUNT/.kvfs/stats and /metrics show (fs/stats.h;
   // the front end renders it).
   struct StatsSnapshot Stats();
+
+  // --- Eviction (fs/eviction.h), with options.eviction.enabled.
+  // `fn(parent, name, ino)` is told of each file evicted, once its unlink
+  // is committed, on a thread of fs/'s own that holds no fs/ lock (it may
+  // block). Replaces the previous listener; null removes it.
+  void SetEvictionListener(std::function<void(uint64_t parent, std::string_view name,
+                                              uint64_t ino)> fn);
+  // Evicts now until at most `to_percent` of the data space is used (or
+  // nothing more is evictable). Returns the files evicted; EINVAL with
+  // eviction off or a percent over 100.
+  Result<uint64_t> Evict(unsigned to_percent);
 
   // --- Whole-file operations for the batch ioctl (fs/batch.h drives them).
   // Unlike the calls above, these check permissions themselves, for

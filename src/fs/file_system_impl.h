@@ -49,6 +49,7 @@
 #include "fs/chunk_cache.h"
 #include "fs/committer.h"
 #include "fs/entry_cache.h"
+#include "fs/eviction.h"
 #include "fs/file_system.h"
 #include "fs/handle_table.h"
 #include "fs/inode_state.h"
@@ -57,6 +58,7 @@
 #include "fs/path.h"
 #include "fs/prefetcher.h"
 #include "fs/read_verify.h"
+#include "fs/recency.h"
 #include "fs/stats.h"
 #include "io/scheduler.h"
 
@@ -211,6 +213,26 @@ class FileSystem::Impl {
   // atime is still dirty, kAtimeBatch per change.
   void FlushAtimes(std::vector<InodePin> pins);
 
+  // --- eviction_ops.cc (fs/eviction.h)
+  // With -o evict=lru: rebuilds the recency order from the index and
+  // starts the Evictor. Called once, at construction.
+  void StartEviction();
+  // A use of `i` for the eviction order: lookup, getattr and the batch's
+  // STAT (NoteUse covers open, read and READ). One atomic store, after the
+  // file's first use; nothing without eviction. REQUIRES: i.mu held.
+  void UsedForEviction(InodeState& i, int64_t now_ns) {
+    if (!recency_ || !i.is_reg()) return;
+    if (!i.use_stamp) i.use_stamp = recency_->StampOf(i.ino);
+    i.use_stamp->Use(now_ns);
+  }
+  // The Evictor's batch: unlinks up to `max_files` of the oldest
+  // evictable files, until `bytes` are evicted. Takes ns_mu_.
+  Evictor::Batch EvictBatch(size_t max_files, uint64_t bytes, std::vector<Evictor::Gone>* gone);
+  // scope=xattr: whether directory `dir` or the nearest of its ancestors
+  // with user.kvfs.evict says lru. REQUIRES: ns_mu_ held.
+  bool InEvictScope(uint64_t dir);
+  void SetEvictionListener(std::function<void(uint64_t, std::string_view, uint64_t)> fn);
+
   // --- whole_file_write.cc: one WriteFile call in flight.
   struct WriteState;
   // Frees extents in the allocator now; logs a double free.
@@ -357,7 +379,8 @@ class FileSystem::Impl {
   std::unique_ptr<ChunkCache> cache_;
 
   // Lock order: ns_mu_, then an InodeState's mu, then the table's,
-  // handles', staged_mu_, retained_mu_ and the committer's.
+  // handles', staged_mu_, retained_mu_ and the committer's. The eviction
+  // order's (recency_) is taken last, after any of them.
   //
   // Namespace lock: serializes namespace changes and the overlay. Lookups
   // that change nothing it guards take it shared, so index reads of a
@@ -398,6 +421,12 @@ class FileSystem::Impl {
   // Holds pins (table_) and queues changes (committer_): stopped and
   // destroyed before both.
   std::unique_ptr<AtimeLog> atime_;
+  // With eviction on (else null): the LRU order and the pass thread, which
+  // unlinks through everything above; stopped at Shutdown().
+  std::unique_ptr<Recency> recency_;
+  std::unique_ptr<Evictor> evictor_;
+  std::mutex listener_mu_;  // taken alone, on the Evictor's notify thread
+  std::function<void(uint64_t, std::string_view, uint64_t)> evict_listener_;  // GUARDED_BY(listener_mu_)
   // Last: stopped first (its work uses everything above).
   std::unique_ptr<Prefetcher> prefetcher_;
   bool shut_down_ = false;

@@ -29,6 +29,7 @@
 
 #include "common/extent.h"
 #include "device/buffer_pool.h"
+#include "fs/recency.h"
 #include "index/records.h"
 
 namespace kvfs::fs {
@@ -121,9 +122,10 @@ struct InodeState {
   // rec.atime_ns moved since the last capture; the AtimeLog holds a pin
   // until it is flushed (fs/atime.h). GUARDED_BY(mu)
   bool atime_dirty = false;
-  // The last use (open, read), whatever the atime mode: exact recency for
-  // the eviction policy. Written and read without mu (relaxed).
-  std::atomic<int64_t> last_use_ns{0};
+  // With eviction on, the file's last use, shared with its node in the
+  // eviction order (fs/recency.h): a use is one atomic store, whatever the
+  // atime mode. Set at its first use. The pointer: GUARDED_BY(mu).
+  std::shared_ptr<UseStamp> use_stamp;
 
   // Counts that keep it in the InodeTable (fs/inode_table.h), changed
   // only by the table. GUARDED_BY(InodeTable::mu_)

@@ -65,6 +65,7 @@ Attr FileSystem::Impl::AttrAndPrefetch(const InodeRef& inode, bool only_idle) {
   {
     std::lock_guard<std::mutex> l(inode->mu);
     a = ToAttr(inode->rec);
+    UsedForEviction(*inode, NowNs());  // lookup, getattr
     prefetch = prefetch && inode->is_reg() && !inode->deleted && !inode->orphan;
     if (prefetch && only_idle) {
       prefetch = inode->inflight_writes == 0 && !inode->data_change_queued &&
@@ -161,6 +162,7 @@ Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view na
     p->rec.mtime_ns = p->rec.ctime_ns = now;
   }
   table_.Insert(child, /*lookups=*/1, /*opens=*/is_dir ? 0 : 1);  // create(2) returns it open
+  if (!is_dir && recency_) recency_->Insert(rec.ino, parent, name, now);
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), rec.ino});
   c->inodes = {child, p};
@@ -239,6 +241,7 @@ Status FileSystem::Impl::UnlinkLocked(uint64_t parent, std::string_view name) {
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), 0});
   DropLink(*v, v, *c, table_, now);
+  if (recency_) recency_->Remove(ino);
   {
     std::lock_guard<std::mutex> l(p->mu);
     p->rec.size--;
@@ -301,6 +304,10 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   c->entry_ops.push_back({parent, std::string(name), 0});
   c->entry_ops.push_back({new_parent, std::string(new_name), src});
   if (y) DropLink(*y, y, *c, table_, now);
+  if (recency_) {
+    if (y) recency_->Remove(y->ino);
+    if (x->is_reg()) recency_->Rename(src, new_parent, new_name);
+  }
   {
     std::lock_guard<std::mutex> l(x->mu);
     x->rec.ctime_ns = now;

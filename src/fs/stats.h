@@ -137,6 +137,15 @@ struct StatsSnapshot {
   uint64_t name_cache_entries = 0, name_cache_bytes = 0;
   uint64_t zero_copy_bytes = 0;  // FsMetrics::zero_copy_bytes()
   uint64_t total_bytes = 0, free_bytes = 0, largest_free = 0, free_extents = 0;
+  // Eviction (fs/eviction.h): whether it is on, its watermarks (% of the
+  // data space), and what the passes did.
+  bool evict_on = false;
+  unsigned evict_high_pct = 0, evict_low_pct = 0;
+  int64_t evict_min_age_ns = 0;
+  bool evict_scope_xattr = false;  // only trees marked user.kvfs.evict=lru
+  uint64_t evicted_files = 0, evicted_bytes = 0, evict_passes = 0;
+  uint64_t evict_writer_waits = 0, evict_writer_wait_ns = 0;
+  int64_t evict_last_age_ns = 0;  // now - last use of the last file evicted
 };
 
 }  // namespace kvfs::fs

@@ -52,6 +52,7 @@ Result<Attr> FileSystem::Impl::LookupPath(uint64_t dir, std::string_view path,
   std::shared_lock<NamespaceLock> ns(ns_mu_);  // a walk changes nothing ns_mu_ guards
   KVFS_ASSIGN_OR_RETURN(InodePin i, WalkPath(dir, path, caller, false, nullptr));
   std::lock_guard<std::mutex> l(i->mu);
+  UsedForEviction(*i, NowNs());  // the batch's STAT
   return ToAttr(i->rec);
 }
 
@@ -97,7 +98,11 @@ void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_vie
         parent_path = dir_part;
       }
     }
-    if (st.ok()) st = ResolveEntry(parent->ino, leaf).status();
+    if (st.ok()) {
+      Result<uint64_t> found = ResolveEntry(parent->ino, leaf);
+      st = found.status();
+      if (found.ok() && recency_) recency_->Touch(*found, NowNs());  // the batch's EXISTS
+    }
     codes[i] = st.code();
   }
 }

@@ -272,6 +272,10 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
       c->inodes = {file, p};
       const InodeRef& old = *y;
       if (old) DropLink(*old, old, *c, table_, now);  // its readers keep it (rename-over)
+      if (recency_) {
+        if (old) recency_->Remove(old->ino);
+        recency_->Insert(rec.ino, p->ino, ws->leaf, now);
+      }
       {
         std::lock_guard<std::mutex> l(p->mu);
         if (!old) p->rec.size++;

@@ -76,12 +76,33 @@ void InstallExtents(ChunkState& cs, uint64_t ci, const std::vector<Extent>& allo
 Status FileSystem::Impl::WithSpace(const std::function<Status()>& reserve,
                                    std::unique_lock<std::mutex>* lock) {
   Status st = reserve();
-  if (st.code() != ENOSPC) return st;
+  if (st.code() != ENOSPC) {
+    if (st.ok() && evictor_) evictor_->Allocated();
+    return st;
+  }
   // Space freed by unlinks becomes free when their commit lands.
   if (lock) lock->unlock();
   committer_->Drain(false).ignore();  // errors surface through the retry
   if (lock) lock->lock();
-  return reserve();
+  st = reserve();
+  if (evictor_) {
+    if (st.ok()) {
+      evictor_->Allocated();
+    } else if (st.code() == ENOSPC) {
+      // Still full: wait (bounded) for eviction to make room.
+      if (lock) lock->unlock();
+      st = evictor_->ReserveWaiting(
+          [&] {
+            if (lock) lock->lock();
+            Status r = reserve();
+            if (lock) lock->unlock();
+            return r;
+          },
+          kChunkBytes);
+      if (lock) lock->lock();
+    }
+  }
+  return st;
 }
 
 // Gives chunk `ci` a staged buffer holding its current content, reserving

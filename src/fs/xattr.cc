@@ -57,6 +57,9 @@ Status Set(std::vector<index::Xattr>& list, std::string_view name, std::string_v
     return Status::Error(EINVAL, "setxattr flags " + std::to_string(flags));
   }
   KVFS_RETURN_IF_ERROR(CheckName(name, privileged, /*for_set=*/true));
+  if (name == index::kEvictXattr && value != "lru" && value != "off") {
+    return Status::Error(EINVAL, std::string(name) + ": the value is lru or off");
+  }
   if (value.size() > index::kXattrValueMax) {
     return Status::Error(E2BIG, "extended attribute value of " + std::to_string(value.size()) +
                                     " bytes (at most " + std::to_string(index::kXattrValueMax) +

@@ -7,7 +7,9 @@
 //   trusted.*  stored; set, removed and listed only for a privileged caller
 //              (the kernel requires CAP_SYS_ADMIN before asking).
 //   user.kvfs.* reserved for kvfs's own names (user.kvfs.prefetch is a hint
-//              handled in fuse/, never stored): setting another is EINVAL.
+//              handled in fuse/, never stored; user.kvfs.evict, "lru" or
+//              "off", marks a directory's tree for eviction, stored):
+//              setting another is EINVAL.
 //   security.*, system.* (POSIX ACLs): never stored. Get answers ENODATA
 //              and set EOPNOTSUPP at once, from the name alone, so the
 //              kernel's security.capability query around writes costs no

@@ -212,6 +212,7 @@ Status Mount::MountAt(fs::FileSystem& fs, const std::string& mountpoint) {
     return Status::Error(EIO, log.Take("cannot mount at " + mountpoint));
   }
   mounted_ = true;
+  notifier_ = EvictNotifier::Install(fs, se_);
   if (options_.transport == Transport::kDev) return Status::OK();
   if (options_.transport == Transport::kAuto) {
     Status st = UringAvailable();
@@ -234,6 +235,13 @@ Status Mount::MountAt(fs::FileSystem& fs, const std::string& mountpoint) {
 
 Mount::~Mount() {
   if (se_ == nullptr) return;
+  if (notifier_ && !notifier_->Stop(std::chrono::seconds(2))) {
+    // A notification blocks in the kernel behind a request nobody serves
+    // now: freeing the session under it would be a use after free. The
+    // process is ending; its exit closes the fd and ends the call.
+    spdlog::warn("eviction: a kernel notification is still blocked; leaving the session open");
+    return;
+  }
   if (mounted_) fuse_session_unmount(se_);
   fuse_session_destroy(se_);
 }

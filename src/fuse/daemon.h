@@ -31,6 +31,7 @@
 
 #include "common/status.h"
 #include "fs/file_system.h"
+#include "fuse/evict_notifier.h"
 #include "fuse/session_state.h"
 #include "fuse/uring_transport.h"
 
@@ -87,6 +88,7 @@ class Mount {
   std::unique_ptr<SessionState> state_;
   MountOptions options_;
   std::unique_ptr<UringTransport> uring_;  // outlives the session's fd
+  std::shared_ptr<EvictNotifier> notifier_;  // stopped before the session goes
   fuse_session* se_ = nullptr;
   bool mounted_ = false;
 };

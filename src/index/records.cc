@@ -222,6 +222,7 @@ Result<Inode> Inode::Decode(uint64_t ino, std::string_view v) {
 
 bool IsStoredXattrName(std::string_view name) {
   constexpr std::string_view kUser = "user.", kTrusted = "trusted.", kReserved = "user.kvfs.";
+  if (name == kEvictXattr) return true;
   if (name.starts_with(kReserved)) return false;
   if (name.starts_with(kUser)) return name.size() > kUser.size();
   if (name.starts_with(kTrusted)) return name.size() > kTrusted.size();

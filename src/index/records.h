@@ -63,8 +63,12 @@ struct Xattr {
   bool operator==(const Xattr&) const = default;
 };
 
+// A directory's eviction scope mark (fs/eviction.h): "lru" or "off", the
+// one user.kvfs.* name that is stored.
+inline constexpr std::string_view kEvictXattr = "user.kvfs.evict";
 // True for the names kvfs stores: "user." or "trusted." and a non-empty
-// rest, not under the reserved "user.kvfs." (fs/xattr.h has the rules).
+// rest, not under the reserved "user.kvfs." but kEvictXattr (fs/xattr.h
+// has the rules).
 bool IsStoredXattrName(std::string_view name);
 // For fsck: OK if `list` is what fs/ writes (stored names of at most
 // kXattrNameMax bytes, values of at most kXattrValueMax, the per-inode

@@ -37,6 +37,7 @@ TEST(XattrRulesTest, ErrnoOfEveryRule) {
   EXPECT_EQ(xattr::Set(l, "system.posix_acl_access", "", 0, true).code(), EOPNOTSUPP);
   EXPECT_EQ(xattr::Set(l, "os2.x", "", 0, true).code(), EOPNOTSUPP);
   EXPECT_EQ(xattr::Set(l, "user.kvfs.other", "", 0, true).code(), EINVAL);
+  EXPECT_EQ(xattr::Set(l, "user.kvfs.evict", "sometimes", 0, false).code(), EINVAL);
   EXPECT_EQ(xattr::Set(l, "trusted.t", "1", 0, false).code(), EPERM);
   EXPECT_TRUE(xattr::Set(l, "trusted.t", "1", 0, true).ok());
   EXPECT_EQ(xattr::Remove(l, "user.none", false).code(), ENODATA);

@@ -314,6 +314,7 @@ TEST(XattrRecordTest, CheckAndRepairEnforceTheLimits) {
   EXPECT_EQ(bad, ok);
   EXPECT_FALSE(IsStoredXattrName("user."));
   EXPECT_FALSE(IsStoredXattrName("user.kvfs.prefetch"));
+  EXPECT_TRUE(IsStoredXattrName("user.kvfs.evict"));
   EXPECT_FALSE(IsStoredXattrName("security.capability"));
   EXPECT_TRUE(IsStoredXattrName("trusted.t"));
 }

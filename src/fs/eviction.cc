@@ -1,0 +1,143 @@
+#include "fs/eviction.h"
+
+#include <algorithm>
+
+namespace kvfs::fs {
+
+Evictor::Evictor(const EvictionOptions& options, Hooks hooks)
+    : options_(options), hooks_(std::move(hooks)) {
+  thread_ = std::thread([this] { Loop(); });
+  notify_thread_ = std::thread([this] { NotifyLoop(); });
+}
+
+void Evictor::NotifyLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    cv_.wait(l, [&] { return stop_ || !gone_.empty(); });
+    if (gone_.empty()) return;  // stop_, and everything told
+    Gone g = std::move(gone_.front());
+    gone_.pop_front();
+    l.unlock();
+    if (hooks_.evicted) hooks_.evicted(g);
+    l.lock();
+  }
+}
+
+void Evictor::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (notify_thread_.joinable()) notify_thread_.join();
+}
+
+void Evictor::Allocated() {
+  const Space sp = hooks_.space();
+  if (sp.used < sp.total / 100 * options_.high_pct) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (kicked_) return;
+    kicked_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Evictor::Count(const Batch& b) {
+  if (b.files == 0) return;
+  files_.fetch_add(b.files, std::memory_order_relaxed);
+  bytes_.fetch_add(b.bytes, std::memory_order_relaxed);
+  last_age_ns_.store(b.last_age_ns, std::memory_order_relaxed);
+}
+
+bool Evictor::PassTo(uint64_t target) {
+  passes_.fetch_add(1, std::memory_order_relaxed);
+  bool any = false;
+  for (;;) {
+    const Space sp = hooks_.space();
+    if (sp.used <= target) break;
+    std::vector<Gone> gone;
+    const Batch b = hooks_.evict(kBatchFiles, sp.used - target, &gone);
+    Count(b);
+    if (b.files == 0) break;
+    // Space comes back once the unlinks commit: measure after that.
+    hooks_.commit();
+    any = true;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (Gone& g : gone) gone_.push_back(std::move(g));
+      if (stop_) break;
+    }
+    cv_.notify_all();
+  }
+  return any;
+}
+
+uint64_t Evictor::RunPass(unsigned to_pct) {
+  std::lock_guard<std::timed_mutex> p(pass_mu_);
+  const uint64_t before = files_.load(std::memory_order_relaxed);
+  const Space sp = hooks_.space();
+  PassTo(sp.total / 100 * to_pct);
+  return files_.load(std::memory_order_relaxed) - before;
+}
+
+Status Evictor::ReserveWaiting(const std::function<Status()>& reserve, uint64_t bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + options_.writer_wait;
+  waits_.fetch_add(1, std::memory_order_relaxed);
+  Status st = Status::Error(ENOSPC, "volume full");
+  for (;;) {
+    // The pass thread may be in a batch: wait for it, bounded.
+    std::unique_lock<std::timed_mutex> p(pass_mu_, deadline);
+    if (!p.owns_lock()) break;
+    const Space sp = hooks_.space();
+    const uint64_t free = sp.total - std::min(sp.used, sp.total);
+    bool evicted = false;
+    if (free < bytes) {  // else a pass freed space meanwhile: take it
+      const uint64_t low = sp.total / 100 * options_.low_pct;
+      evicted = PassTo(std::min(low, sp.used > bytes ? sp.used - bytes : 0));
+    }
+    p.unlock();
+    st = reserve();
+    if (st.code() != ENOSPC) break;
+    if (!evicted && free < bytes) break;  // nothing is evictable now
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    // The free space was not enough (the write needs more than `bytes`,
+    // or it is fragmented): make more room next time round.
+    if (!evicted) bytes = free + bytes;
+  }
+  wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - start)
+                         .count(),
+                     std::memory_order_relaxed);
+  return st;
+}
+
+void Evictor::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_for(l, kPoll, [&] { return kicked_ || stop_; });
+      if (stop_) return;
+      kicked_ = false;
+    }
+    const Space sp = hooks_.space();
+    if (sp.total == 0 || sp.used < sp.total / 100 * options_.high_pct) continue;
+    std::lock_guard<std::timed_mutex> p(pass_mu_);
+    PassTo(sp.total / 100 * options_.low_pct);
+  }
+}
+
+EvictionCounters Evictor::counters() const {
+  EvictionCounters c;
+  c.files = files_.load(std::memory_order_relaxed);
+  c.bytes = bytes_.load(std::memory_order_relaxed);
+  c.passes = passes_.load(std::memory_order_relaxed);
+  c.writer_waits = waits_.load(std::memory_order_relaxed);
+  c.writer_wait_ns = wait_ns_.load(std::memory_order_relaxed);
+  c.last_age_ns = last_age_ns_.load(std::memory_order_relaxed);
+  return c;
+}
+
+}  // namespace kvfs::fs

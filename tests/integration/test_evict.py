@@ -1,0 +1,283 @@
+"""Eviction (-o evict=lru) on a real mount: a connector loop storing 3x the
+volume never gets ENOSPC and reads back what is left byte-exact; passes
+evict exactly what an LRU model of the same uses evicts; open, recent and
+out-of-scope files stay (stores then get ENOSPC after the bounded wait);
+an evicted name is ENOENT at once despite entry_timeout; a kill -9 during a
+pass loses no whole file and leaves fsck clean; a remount keeps the order."""
+import errno
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import FUSERMOUNT, Volume, _live_mounts
+from kvio import MiB, KiB, align_up, payload
+from test_crash import detach, die, fsck_findings
+
+SIZE = 256 * MiB
+
+
+def used_bytes(path):
+    s = os.statvfs(path)
+    return (s.f_blocks - s.f_bfree) * s.f_frsize
+
+
+def total_bytes(path):
+    s = os.statvfs(path)
+    return s.f_blocks * s.f_frsize
+
+
+def store(mnt, name, data):
+    """The connectors' store: a temp file, one write, close, rename."""
+    tmp = os.path.join(mnt, name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        done = 0
+        while done < len(data):  # a short write, then the error (ENOSPC)
+            done += os.write(fd, data[done:])
+    finally:
+        os.close(fd)
+    os.rename(tmp, os.path.join(mnt, name))
+
+
+def use(path):
+    """A load: open (always reaches the daemon) and read."""
+    with open(path, "rb") as f:
+        f.read(1)
+
+
+def wait_used_below(path, limit, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while used_bytes(path) > limit:
+        assert time.monotonic() < deadline, \
+            f"used {used_bytes(path)} still above {limit} after {timeout} s"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def evict_vol(workdir):
+    """A 256 MiB volume made here; the test mounts it with its options."""
+    v = Volume(workdir, SIZE)
+    try:
+        yield v
+        if v.mount.proc is not None:
+            v.mount.stop()
+    finally:
+        v.mount.kill()
+
+
+def start(v, options):
+    v.mount.options = options
+    v.mount.start()
+
+
+def fsck_clean(v):
+    v.mount.stop()
+    kinds = fsck_findings(v.image)
+    assert kinds == [], f"fsck.kvfs -n found {kinds}"
+
+
+def test_fill_three_times_never_enospc(evict_vol):
+    v = evict_vol
+    start(v, "evict=lru,evict_min_age=0,evict_high=90,evict_low=80")
+    total = total_bytes(v.mnt)
+    high = total * 90 // 100
+    size = 1 * MiB
+    stored = []
+    peak = 0
+    for k in range(3 * SIZE // size):
+        name = f"key-{k:05d}"
+        store(v.mnt, name, payload(name, size))
+        stored.append(name)
+        peak = max(peak, used_bytes(v.mnt))
+    # A serial loop has one store in flight; the pass starts as soon as an
+    # allocation crosses the mark and frees batches while the loop goes on.
+    assert peak <= high + 8 * size, f"peak {peak} past high watermark {high}"
+    present = set(os.listdir(v.mnt)) - {".kvfs"}
+    assert present, "everything was evicted"
+    assert len(present) < len(stored), "nothing was evicted"
+    # The survivors are the newest stores (each stored once, never loaded).
+    newest = stored[-len(present):]
+    assert present == set(newest), "evicted out of LRU order"
+    for name in present:
+        with open(v.p(name), "rb") as f:
+            assert f.read() == payload(name, size), f"{name}: wrong bytes"
+    fsck_clean(v)
+
+
+def lru_model(order, sizes, used, target):
+    """Names an LRU evicts, oldest first, until `used` is at most `target`."""
+    gone = []
+    for name in order:
+        if used <= target:
+            break
+        gone.append(name)
+        used -= align_up(sizes[name])
+    return gone
+
+
+def test_evicts_exactly_what_an_lru_model_does(evict_vol):
+    v = evict_vol
+    start(v, "evict=lru,evict_min_age=0,evict_high=60,evict_low=30")
+    total = total_bytes(v.mnt)
+    n = 40
+    sizes = {f"f{k:02d}": 3 * MiB + k * 4 * KiB for k in range(n)}
+    names = list(sizes)
+    for name in names:
+        store(v.mnt, name, payload(name, sizes[name]))
+    # A known sequence of uses (loads), the model's order after it.
+    order = list(names)
+    seq = names[10:20] + names[0:5] + names[30:33] + names[2:4]
+    for name in seq:
+        use(v.p(name))
+        order.remove(name)
+        order.append(name)
+    # A store that crosses the high watermark starts a pass.
+    big = "big"
+    big_size = total * 60 // 100 - used_bytes(v.mnt) + 1 * MiB
+    before = used_bytes(v.mnt)
+    store(v.mnt, big, payload(big, big_size))
+    sizes[big] = big_size
+    order.append(big)
+    wait_used_below(v.mnt, total * 30 // 100)
+    time.sleep(0.2)  # a pass that overshot would show by now
+    present = set(os.listdir(v.mnt)) - {".kvfs"}
+    expect_gone = lru_model(order, sizes, before + align_up(big_size), total * 30 // 100)
+    assert set(order) - present == set(expect_gone)
+
+
+def test_open_recent_and_out_of_scope_files_stay(evict_vol):
+    v = evict_vol
+    start(v, "evict=lru,evict_min_age=0,evict_high=80,evict_low=50,evict_scope=xattr,"
+             "evict_wait_ms=300")
+    os.mkdir(v.p("kv"))
+    os.mkdir(v.p("keep"))
+    os.setxattr(v.p("kv"), "user.kvfs.evict", b"lru")
+    os.mkdir(v.p("kv", "sub"))  # inherits the mark
+    size = 4 * MiB
+    for k in range(10):
+        store(v.p("keep"), f"k{k}", payload(("keep", k), size))
+    held = None
+    k = 0
+    enospc = None
+    while k < 200:
+        d = v.p("kv", "sub") if k % 2 else v.p("kv")
+        try:
+            store(d, f"c{k}", payload(("kv", k), size))
+        except OSError as e:
+            enospc = e
+            break
+        if k == 0:
+            held = open(v.p("kv", "c0"), "rb")  # the oldest in scope, kept open
+        k += 1
+    assert enospc is None, f"store {k} failed although kv/ is evictable: {enospc}"
+    assert sorted(os.listdir(v.p("keep"))) == [f"k{i}" for i in range(10)]
+    assert "c0" in os.listdir(v.p("kv")), "an open file was evicted"
+    assert held.read() == payload(("kv", 0), size)
+    held.close()
+    assert len(os.listdir(v.p("kv"))) + len(os.listdir(v.p("kv", "sub"))) < 200
+    # Out of scope only: with kv/ emptied of what it may lose, the volume
+    # fills with keep/ files and stores get ENOSPC after the bounded wait.
+    for d in (v.p("kv"), v.p("kv", "sub")):
+        for name in os.listdir(d):
+            if name != "sub":
+                os.unlink(os.path.join(d, name))
+    t0 = time.monotonic()
+    with pytest.raises(OSError) as e:
+        for k in range(10, 200):
+            store(v.p("keep"), f"k{k}", payload(("keep", k), size))
+    assert e.value.errno == errno.ENOSPC
+    assert time.monotonic() - t0 < 30
+    assert all(n.startswith("k") for n in os.listdir(v.p("keep")))
+
+
+def test_recently_used_files_stay_and_stores_get_enospc(evict_vol):
+    v = evict_vol
+    start(v, "evict=lru,evict_min_age=3600,evict_wait_ms=200")
+    size = 8 * MiB
+    with pytest.raises(OSError) as e:
+        for k in range(100):
+            store(v.mnt, f"r{k}", payload(k, size))
+    assert e.value.errno == errno.ENOSPC
+    names = sorted(set(os.listdir(v.mnt)) - {".kvfs"})
+    assert len(names) >= SIZE // size - 3, "files used within the minimum age were evicted"
+    for name in names:
+        if name.endswith(".tmp"):
+            continue
+        k = int(name[1:])
+        with open(v.p(name), "rb") as f:
+            assert f.read() == payload(k, size)
+
+
+def test_evicted_name_is_enoent_at_once(evict_vol):
+    v = evict_vol
+    start(v, "evict=lru,evict_min_age=0,evict_high=70,evict_low=40,entry_timeout=10,"
+             "attr_timeout=10")
+    store(v.mnt, "victim", payload("victim", 8 * MiB))
+    os.stat(v.p("victim"))  # the kernel caches the name now
+    k = 0
+    while os.path.exists(v.p("victim")):
+        assert k < 100, "the oldest file was never evicted"
+        store(v.mnt, f"fill{k}", payload(k, 8 * MiB))
+        k += 1
+    with pytest.raises(FileNotFoundError):
+        os.stat(v.p("victim"))
+    assert "victim" not in os.listdir(v.mnt)
+
+
+def test_kill_during_a_pass_then_remount(evict_vol):
+    v = evict_vol
+    start(v, "evict=lru,evict_min_age=0,evict_high=75,evict_low=5")
+    total = total_bytes(v.mnt)
+    size = 96 * KiB
+    names = []
+    while used_bytes(v.mnt) < total * 70 // 100:
+        name = f"s{len(names):05d}"
+        store(v.mnt, name, payload(name, size))
+        names.append(name)
+    # Crossing 75% starts a pass of ~1,900 unlinks; kill it in the middle.
+    store(v.mnt, "trigger", payload("trigger", 16 * MiB))
+    deadline = time.monotonic() + 10
+    while len(os.listdir(v.mnt)) > len(names) * 3 // 4 and time.monotonic() < deadline:
+        time.sleep(0.002)
+    die(v.mount)
+    detach(v.mount)
+    kinds = fsck_findings(v.image)
+    assert all(k == "orphan" for k in kinds), f"fsck.kvfs -n found {kinds}"
+    start(v, None)
+    present = set(os.listdir(v.mnt)) - {".kvfs"}
+    assert 0 < len(present & set(names)) < len(names), "the pass was not cut in the middle"
+    for name in present:
+        if name.endswith(".tmp"):
+            continue
+        want = payload(name, 16 * MiB if name == "trigger" else size)
+        with open(v.p(name), "rb") as f:
+            assert f.read() == want, f"{name}: torn or wrong bytes"
+    fsck_clean(v)
+
+
+def test_remount_keeps_the_order(evict_vol):
+    v = evict_vol
+    start(v, "evict=lru,evict_min_age=0,evict_high=60,evict_low=30,strictatime")
+    size = 8 * MiB
+    names = [f"o{k}" for k in range(12)]
+    for name in names:
+        store(v.mnt, name, payload(name, size))
+    order = names[6:] + names[:6]  # loads: the first six become the newest
+    for name in names[:6]:
+        time.sleep(0.01)
+        use(v.p(name))
+    v.remount()  # a clean unmount writes every moved atime
+    used = used_bytes(v.mnt)
+    trigger = total_bytes(v.mnt) * 60 // 100 - used + 1 * MiB
+    store(v.mnt, "t", payload("t", trigger))
+    wait_used_below(v.mnt, total_bytes(v.mnt) * 30 // 100)
+    time.sleep(0.2)
+    present = set(os.listdir(v.mnt)) - {".kvfs"}
+    sizes = {n: size for n in names}
+    sizes["t"] = trigger
+    gone = lru_model(order + ["t"], sizes, used + align_up(trigger),
+                     total_bytes(v.mnt) * 30 // 100)
+    assert set(names[6:]) <= set(gone) and not set(names[:6]) <= set(gone)
+    assert set(names + ["t"]) - present == set(gone)
