@@ -3,6 +3,7 @@
 //
 //   kvfsctl stats MOUNT [--watch [SECONDS]] [--json]
 //   kvfsctl df MOUNT [--bytes]
+//   kvfsctl evict MOUNT --to PERCENT
 //   kvfsctl prefetch MOUNT PATH...
 //   kvfsctl drop-cache MOUNT
 //   kvfsctl flush MOUNT
@@ -147,6 +148,26 @@ int Stats(const std::string& mount, bool json, bool watch, double interval_s) {
   }
 }
 
+bool EvictionOn(const nlohmann::json& s) {
+  auto it = s.find("eviction");
+  return it != s.end() && it->is_object() && it->value("on", false);
+}
+
+// One line on eviction for df: off, or the watermarks and what went.
+std::string EvictionLine(const nlohmann::json& s) {
+  if (!EvictionOn(s)) return "Eviction: off";
+  const nlohmann::json& e = s["eviction"];
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "Eviction: LRU from %u%% down to %u%% used, files used within %.0f s kept, "
+                "scope %s; %llu files (%s) evicted since mount",
+                e.value("high_pct", 0u), e.value("low_pct", 0u), e.value("min_age_s", 0.0),
+                e.value("scope", std::string("mount")).c_str(),
+                static_cast<unsigned long long>(e.value("files", uint64_t{0})),
+                kvfs::ctl::HumanBytes(e.value("bytes", uint64_t{0})).c_str());
+  return line;
+}
+
 // df -h columns for one kvfs mount; exact bytes with `bytes`.
 int Df(const std::string& mount, bool bytes) {
   std::optional<ControlMount> m;
@@ -178,6 +199,45 @@ int Df(const std::string& mount, bool bytes) {
   std::printf("%-30s %*s %*s %*s %4s %*s %s\n", m->source().c_str(), w, n(size).c_str(), w,
               n(used).c_str(), w, n(avail).c_str(), pct.c_str(), w + 2, n(largest).c_str(),
               m->mount_point().c_str());
+  std::printf("%s\n", EvictionLine(*s).c_str());
+  return kExitOk;
+}
+
+// Files and bytes evicted since mount, from a stats document.
+std::pair<uint64_t, uint64_t> Evicted(const nlohmann::json& s) {
+  auto it = s.find("eviction");
+  if (it == s.end() || !it->is_object()) return {0, 0};
+  return {it->value("files", uint64_t{0}), it->value("bytes", uint64_t{0})};
+}
+
+int Evict(const std::string& mount, unsigned to_pct) {
+  std::optional<ControlMount> m;
+  if (!OpenMount(mount, &m)) return kExitNotKvfs;
+  Result<nlohmann::json> before = ReadStats(*m);
+  if (!before.ok()) {
+    PrintError(before.status());
+    return kExitFailed;
+  }
+  Status st = m->WriteControl("evict", std::to_string(to_pct) + "\n");
+  if (!st.ok()) {
+    PrintError(st.code() == EINVAL && !EvictionOn(*before)
+                   ? Status::Error(EINVAL, mount + ": eviction is off (mount with -o evict=lru)")
+                   : st);
+    return kExitFailed;
+  }
+  Result<nlohmann::json> after = ReadStats(*m);
+  struct statvfs sv;
+  if (!after.ok() || statvfs(m->mount_point().c_str(), &sv) != 0) {
+    PrintError(after.ok() ? Status::FromErrno(m->mount_point()) : after.status());
+    return kExitFailed;
+  }
+  const auto [f0, b0] = Evicted(*before);
+  const auto [f1, b1] = Evicted(*after);
+  const double used_pct =
+      sv.f_blocks ? 100.0 * static_cast<double>(sv.f_blocks - sv.f_bfree) / sv.f_blocks : 0;
+  std::printf("evicted %llu files (%s); %.1f%% of the data space used\n",
+              static_cast<unsigned long long>(f1 - f0), kvfs::ctl::HumanBytes(b1 - b0).c_str(),
+              used_pct);
   return kExitOk;
 }
 
@@ -244,6 +304,14 @@ int main(int argc, char** argv) {
   df->add_option("MOUNT", mount, "kvfs mount point")->required();
   df->add_flag("-b,--bytes", bytes, "Exact byte counts instead of df -h units");
 
+  unsigned to_pct = 0;
+  CLI::App* evict = app.add_subcommand(
+      "evict", "Evict least recently used files now, down to PERCENT of the data space used");
+  evict->add_option("MOUNT", mount, "kvfs mount point")->required();
+  evict->add_option("--to", to_pct, "Percent of the data space to be used at most, 0 to 100")
+      ->required()
+      ->check(CLI::Range(0u, 100u));
+
   CLI::App* prefetch = app.add_subcommand(
       "prefetch", "Start reading files or directories (each file in it) into the RAM cache");
   prefetch->add_option("MOUNT", mount, "kvfs mount point")->required();
@@ -272,6 +340,7 @@ int main(int argc, char** argv) {
       return Stats(mount, json, watching, watch_s);
     }
     if (df->parsed()) return Df(mount, bytes);
+    if (evict->parsed()) return Evict(mount, to_pct);
     if (prefetch->parsed()) return Prefetch(mount, paths);
     if (drop->parsed()) return Write(mount, "drop_cache");
     if (flush->parsed()) return Write(mount, "sync");

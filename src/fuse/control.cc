@@ -24,7 +24,7 @@ namespace kvfs::fuse::control {
 
 namespace {
 
-enum class Kind { kDir, kStats, kMetrics, kDropCache, kPrefetch, kSync };
+enum class Kind { kDir, kStats, kMetrics, kDropCache, kPrefetch, kSync, kEvict };
 
 struct Node {
   const char* name;
@@ -34,12 +34,13 @@ struct Node {
 };
 
 // Readable files are world-readable; the actions are root's alone.
-constexpr std::array<Node, 5> kFiles = {{
+constexpr std::array<Node, 6> kFiles = {{
     {"stats", kFirstIno + 1, Kind::kStats, S_IFREG | 0444},
     {"metrics", kFirstIno + 2, Kind::kMetrics, S_IFREG | 0444},
     {"drop_cache", kFirstIno + 3, Kind::kDropCache, S_IFREG | 0200},
     {"prefetch", kFirstIno + 4, Kind::kPrefetch, S_IFREG | 0200},
     {"sync", kFirstIno + 5, Kind::kSync, S_IFREG | 0200},
+    {"evict", kFirstIno + 6, Kind::kEvict, S_IFREG | 0200},
 }};
 static_assert(kFirstIno + kFiles.size() == kLastIno);
 
@@ -176,6 +177,29 @@ Status PrefetchLines(fs::FileSystem& fs, OpenFile& f, std::string_view data, boo
   return result;
 }
 
+// The percent one write of `evict` names: decimal digits for 0..100, then
+// at most one '\n' (what `echo 50 >` sends). EINVAL for anything else.
+Result<unsigned> EvictPercent(std::string_view text) {
+  if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  unsigned pct = 0;
+  bool valid = !text.empty() && text.size() <= 3;
+  for (char c : text) {
+    valid = valid && c >= '0' && c <= '9';
+    if (valid) pct = pct * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (!valid || pct > 100) {
+    return Status::Error(EINVAL, ".kvfs/evict: write a percent of the data space, 0 to 100");
+  }
+  return pct;
+}
+
+Status Evict(fs::FileSystem& fs, std::string_view text) {
+  KVFS_ASSIGN_OR_RETURN(unsigned pct, EvictPercent(text));
+  KVFS_ASSIGN_OR_RETURN(uint64_t files, fs.Evict(pct));
+  spdlog::info(".kvfs/evict: {} files evicted to reach {}% used", files, pct);
+  return Status::OK();
+}
+
 }  // namespace
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -305,6 +329,9 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_fi
         break;
       case Kind::kSync:
         st = NoThrow([&] { return s.fs->Sync(); });
+        break;
+      case Kind::kEvict:
+        st = NoThrow([&] { return Evict(*s.fs, std::string_view(buf, size)); });
         break;
       case Kind::kPrefetch:
         if (auto file = fi->fh ? Opened().Get(fi->fh) : nullptr) {

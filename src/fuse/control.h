@@ -12,6 +12,15 @@
 //               handle, and close(2) ends a last line that has no newline
 //               (and reports its failure)
 //   sync        write anything: FileSystem::Sync()
+//   evict       write a percent, 0 to 100 in decimal, with or without a
+//               newline: FileSystem::Evict(percent), which unlinks least
+//               recently used files now until at most that much of the
+//               data space is used; the write returns once it has. Other
+//               text is EINVAL and evicts nothing; with eviction off
+//               (no -o evict=lru) the write fails with Evict's EINVAL
+//
+// Readable files are world-readable; the writable ones are root's and
+// write-only (opening them for reading is EACCES).
 //
 // Its inodes come from a range the index never allocates (the index counts
 // up from 2), so a handler decides by inode number alone whether a request
@@ -47,7 +56,7 @@ inline constexpr std::string_view kDirName = ".kvfs";
 // counts one per created inode).
 inline constexpr fuse_ino_t kFirstIno = std::numeric_limits<uint64_t>::max() / 2;
 inline constexpr fuse_ino_t kDirIno = kFirstIno;
-inline constexpr fuse_ino_t kLastIno = kFirstIno + 5;  // the dir and its 5 files
+inline constexpr fuse_ino_t kLastIno = kFirstIno + 6;  // the dir and its 6 files
 
 // True for the control directory and its files.
 inline bool Owns(fuse_ino_t ino) { return ino >= kFirstIno && ino <= kLastIno; }

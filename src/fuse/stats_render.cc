@@ -85,6 +85,18 @@ std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
                 {"free_bytes", s.free_bytes},
                 {"largest_free_bytes", s.largest_free},
                 {"free_extents", s.free_extents}};
+  // Watermarks are 0 with eviction off; the counters stay 0.
+  j["eviction"] = {{"on", s.evict_on},
+                   {"high_pct", s.evict_high_pct},
+                   {"low_pct", s.evict_low_pct},
+                   {"min_age_s", static_cast<double>(s.evict_min_age_ns) / 1e9},
+                   {"scope", s.evict_scope_xattr ? "xattr" : "mount"},
+                   {"files", s.evicted_files},
+                   {"bytes", s.evicted_bytes},
+                   {"passes", s.evict_passes},
+                   {"writer_waits", s.evict_writer_waits},
+                   {"writer_wait_s", static_cast<double>(s.evict_writer_wait_ns) / 1e9},
+                   {"last_age_s", static_cast<double>(s.evict_last_age_ns) / 1e9}};
   j["batch"] = {{"registrations", f.registrations}};
   j["write_yield"] = {{"waits", f.write_yields}, {"waited_ms", f.write_yield_ns / 1000000.0}};
   j["transport"] = f.transport;
@@ -177,6 +189,25 @@ std::string StatsToPrometheus(const fs::StatsSnapshot& s, const FrontEndStats& f
   gauge("kvfs_space_total_bytes", "gauge", "Data space of the volume.", s.total_bytes);
   gauge("kvfs_space_free_bytes", "gauge", "Free data space.", s.free_bytes);
   gauge("kvfs_space_largest_free_bytes", "gauge", "Largest free extent.", s.largest_free);
+  gauge("kvfs_evict_enabled", "gauge", "1 when LRU eviction is on (-o evict=lru), else 0.",
+        s.evict_on ? 1 : 0);
+  gauge("kvfs_evict_high_watermark_percent", "gauge",
+        "Data space used (%) at which an eviction pass starts; 0 with eviction off.",
+        s.evict_high_pct);
+  gauge("kvfs_evict_low_watermark_percent", "gauge",
+        "Data space used (%) at which an eviction pass stops; 0 with eviction off.",
+        s.evict_low_pct);
+  gauge("kvfs_evicted_files_total", "counter", "Files unlinked by eviction.", s.evicted_files);
+  gauge("kvfs_evicted_bytes_total", "counter", "Bytes of the files unlinked by eviction.",
+        s.evicted_bytes);
+  gauge("kvfs_evict_passes_total", "counter", "Eviction passes run.", s.evict_passes);
+  gauge("kvfs_evict_writer_waits_total", "counter",
+        "Writes that found the volume full and waited for eviction.", s.evict_writer_waits);
+  gauge("kvfs_evict_writer_wait_seconds_total", "counter",
+        "Time writes waited for eviction to free space.", s.evict_writer_wait_ns / 1e9);
+  gauge("kvfs_evict_last_age_seconds", "gauge",
+        "Time since the last use of the most recently evicted file, when it was evicted.",
+        s.evict_last_age_ns / 1e9);
   gauge("kvfs_batch_registrations", "gauge", "Live batch-ioctl buffer registrations.",
         f.registrations);
   gauge("kvfs_write_yields_total", "counter", "Writes that waited for another caller's reads.",

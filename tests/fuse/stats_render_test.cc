@@ -83,6 +83,65 @@ TEST(StatsRenderTest, TransportIsAJsonStringAndAPrometheusGauge) {
             std::string::npos);
 }
 
+fs::StatsSnapshot Evicting() {
+  fs::StatsSnapshot s = Sample();
+  s.evict_on = true;
+  s.evict_high_pct = 90;
+  s.evict_low_pct = 80;
+  s.evict_min_age_ns = 60'000'000'000;
+  s.evict_scope_xattr = true;
+  s.evicted_files = 12;
+  s.evicted_bytes = 12 << 20;
+  s.evict_passes = 3;
+  s.evict_writer_waits = 2;
+  s.evict_writer_wait_ns = 250'000'000;
+  s.evict_last_age_ns = 90'500'000'000;
+  return s;
+}
+
+TEST(StatsRenderTest, JsonEvictionObjectHasWatermarksAndCounters) {
+  auto j = nlohmann::json::parse(StatsToJson(Evicting(), Front()))["eviction"];
+  EXPECT_TRUE(j["on"].get<bool>());
+  EXPECT_EQ(j["high_pct"].get<unsigned>(), 90u);
+  EXPECT_EQ(j["low_pct"].get<unsigned>(), 80u);
+  EXPECT_DOUBLE_EQ(j["min_age_s"].get<double>(), 60.0);
+  EXPECT_EQ(j["scope"].get<std::string>(), "xattr");
+  EXPECT_EQ(j["files"].get<uint64_t>(), 12u);
+  EXPECT_EQ(j["bytes"].get<uint64_t>(), 12u << 20);
+  EXPECT_EQ(j["passes"].get<uint64_t>(), 3u);
+  EXPECT_EQ(j["writer_waits"].get<uint64_t>(), 2u);
+  EXPECT_DOUBLE_EQ(j["writer_wait_s"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(j["last_age_s"].get<double>(), 90.5);
+
+  // Off: the object is still there (dashboards and kvfsctl read "on").
+  auto off = nlohmann::json::parse(StatsToJson(Sample(), Front()))["eviction"];
+  EXPECT_FALSE(off["on"].get<bool>());
+  EXPECT_EQ(off["scope"].get<std::string>(), "mount");
+  EXPECT_EQ(off["files"].get<uint64_t>(), 0u);
+}
+
+TEST(StatsRenderTest, PrometheusEvictionCountersAndWatermarkGauges) {
+  const std::string prom = StatsToPrometheus(Evicting(), Front());
+  for (const char* line : {
+           "# TYPE kvfs_evict_enabled gauge\nkvfs_evict_enabled 1\n",
+           "# TYPE kvfs_evict_high_watermark_percent gauge\n"
+           "kvfs_evict_high_watermark_percent 90\n",
+           "# TYPE kvfs_evict_low_watermark_percent gauge\n"
+           "kvfs_evict_low_watermark_percent 80\n",
+           "# TYPE kvfs_evicted_files_total counter\nkvfs_evicted_files_total 12\n",
+           "# TYPE kvfs_evicted_bytes_total counter\nkvfs_evicted_bytes_total 12582912\n",
+           "# TYPE kvfs_evict_passes_total counter\nkvfs_evict_passes_total 3\n",
+           "# TYPE kvfs_evict_writer_waits_total counter\nkvfs_evict_writer_waits_total 2\n",
+           "# TYPE kvfs_evict_writer_wait_seconds_total counter\n"
+           "kvfs_evict_writer_wait_seconds_total 0.25\n",
+           "# TYPE kvfs_evict_last_age_seconds gauge\nkvfs_evict_last_age_seconds 90.5\n",
+       }) {
+    EXPECT_NE(prom.find(line), std::string::npos) << line;
+  }
+  EXPECT_NE(StatsToPrometheus(Sample(), Front()).find("\nkvfs_evict_enabled 0\n"),
+            std::string::npos);
+}
+
 TEST(StatsRenderTest, EmptySnapshotRendersEmptyCollections) {
   auto j = nlohmann::json::parse(StatsToJson(fs::StatsSnapshot{}, FrontEndStats{}));
   EXPECT_TRUE(j["devices"].is_array() && j["devices"].empty());

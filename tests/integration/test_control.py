@@ -61,10 +61,10 @@ def device_bytes(s):
 def test_control_directory_lists_its_files_with_fixed_modes(vol):
     st = os.stat(vol.p(".kvfs"))
     assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o555
-    assert sorted(os.listdir(vol.p(".kvfs"))) == ["drop_cache", "metrics", "prefetch", "stats",
-                                                  "sync"]
+    assert sorted(os.listdir(vol.p(".kvfs"))) == ["drop_cache", "evict", "metrics", "prefetch",
+                                                  "stats", "sync"]
     for name, mode in [("stats", 0o444), ("metrics", 0o444), ("drop_cache", 0o200),
-                       ("prefetch", 0o200), ("sync", 0o200)]:
+                       ("prefetch", 0o200), ("sync", 0o200), ("evict", 0o200)]:
         st = os.stat(vol.p(".kvfs", name))
         assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == mode, name
     # The control inodes are not in the index: the root lists only user files.
@@ -231,8 +231,8 @@ def test_the_control_directory_cannot_be_changed(vol):
     expect_errno(errno.EPERM, os.rename, vol.p("f"), vol.p(".kvfs", "f"))
     expect_errno(errno.EPERM, os.rename, vol.p(".kvfs", "stats"), vol.p("g"))
     expect_errno(errno.EPERM, os.chmod, vol.p(".kvfs", "stats"), 0o666)
-    assert sorted(os.listdir(vol.p(".kvfs"))) == ["drop_cache", "metrics", "prefetch", "stats",
-                                                  "sync"]
+    assert sorted(os.listdir(vol.p(".kvfs"))) == ["drop_cache", "evict", "metrics", "prefetch",
+                                                  "stats", "sync"]
 
 
 def test_a_user_entry_named_kvfs_cannot_be_created_in_the_root(vol):

@@ -5,6 +5,7 @@ out-of-scope files stay (stores then get ENOSPC after the bounded wait);
 an evicted name is ENOENT at once despite entry_timeout; a kill -9 during a
 pass loses no whole file and leaves fsck clean; a remount keeps the order."""
 import errno
+import json
 import os
 import subprocess
 import time
@@ -281,3 +282,60 @@ def test_remount_keeps_the_order(evict_vol):
                      total_bytes(v.mnt) * 30 // 100)
     assert set(names[6:]) <= set(gone) and not set(names[:6]) <= set(gone)
     assert set(names + ["t"]) - present == set(gone)
+
+
+KVFSCTL = os.environ.get("KVFSCTL_BIN", "")
+
+
+def kvfsctl(*args):
+    return subprocess.run([KVFSCTL, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_control_file_kvfsctl_evict_and_df(evict_vol):
+    v = evict_vol
+    start(v, "evict=lru,evict_min_age=0,evict_high=95,evict_low=90")
+    names = [f"c{k}" for k in range(20)]
+    for name in names:
+        store(v.mnt, name, payload(name, 4 * MiB))
+    total = total_bytes(v.mnt)
+    ctl = v.p(".kvfs", "evict")
+    for bad in (b"101", b"-1", b"ten", b"50\n\n", b"5 0"):
+        with pytest.raises(OSError) as e:
+            with open(ctl, "wb", buffering=0) as f:
+                f.write(bad)
+        assert e.value.errno == errno.EINVAL, bad
+    assert sorted(set(os.listdir(v.mnt)) - {".kvfs"}) == sorted(names), "bad text evicted"
+    with open(ctl, "wb", buffering=0) as f:
+        f.write(b"20\n")
+    assert used_bytes(v.mnt) <= total * 20 // 100
+    left = set(os.listdir(v.mnt)) - {".kvfs"}
+    assert left == set(names[len(names) - len(left):]), "not the oldest first"
+    st = json.load(open(v.p(".kvfs", "stats")))["eviction"]
+    assert st["on"] and st["high_pct"] == 95 and st["low_pct"] == 90
+    assert st["files"] == len(names) - len(left) and st["passes"] >= 1
+    if not KVFSCTL:
+        return
+    r = kvfsctl("evict", v.mnt, "--to", "5")
+    assert r.returncode == 0, r.stderr
+    assert "evicted" in r.stdout
+    assert used_bytes(v.mnt) <= total * 5 // 100
+    r = kvfsctl("df", v.mnt)
+    assert r.returncode == 0, r.stderr
+    assert "Eviction: LRU from 95% down to 90%" in r.stdout
+    assert kvfsctl("evict", v.mnt, "--to", "101").returncode == 2
+
+
+def test_evict_control_with_eviction_off(evict_vol):
+    v = evict_vol
+    start(v, None)
+    store(v.mnt, "k", payload("k", 1 * MiB))
+    with pytest.raises(OSError) as e:
+        with open(v.p(".kvfs", "evict"), "wb", buffering=0) as f:
+            f.write(b"0")
+    assert e.value.errno == errno.EINVAL
+    assert os.path.exists(v.p("k"))
+    if KVFSCTL:
+        r = kvfsctl("evict", v.mnt, "--to", "0")
+        assert r.returncode == 1 and "eviction is off" in r.stderr
+        r = kvfsctl("df", v.mnt)
+        assert r.returncode == 0 and "Eviction: off" in r.stdout

@@ -162,7 +162,8 @@ def test_df_numbers_equal_statvfs_and_df_h(vol):
     ok("flush", vol.path)
     sv = os.statvfs(vol.path)
     largest = stats_json(vol)["space"]["largest_free_bytes"]
-    head, row = ok("df", "--bytes", vol.path).splitlines()
+    head, row, evict = ok("df", "--bytes", vol.path).splitlines()
+    assert evict == "Eviction: off"
     assert head.split() == ["Filesystem", "Size", "Used", "Avail", "Use%", "Largest", "Mounted",
                             "on"]
     f = row.split()
