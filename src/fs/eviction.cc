@@ -51,7 +51,7 @@ void Evictor::Count(const Batch& b) {
   last_age_ns_.store(b.last_age_ns, std::memory_order_relaxed);
 }
 
-bool Evictor::PassTo(uint64_t target) {
+bool Evictor::PassTo(uint64_t target, bool paced) {
   passes_.fetch_add(1, std::memory_order_relaxed);
   bool any = false;
   for (;;) {
@@ -70,6 +70,7 @@ bool Evictor::PassTo(uint64_t target) {
       if (stop_) break;
     }
     cv_.notify_all();
+    if (paced) std::this_thread::sleep_for(kPace);
   }
   return any;
 }
@@ -78,7 +79,7 @@ uint64_t Evictor::RunPass(unsigned to_pct) {
   std::lock_guard<std::timed_mutex> p(pass_mu_);
   const uint64_t before = files_.load(std::memory_order_relaxed);
   const Space sp = hooks_.space();
-  PassTo(sp.total / 100 * to_pct);
+  PassTo(sp.total / 100 * to_pct, /*paced=*/true);
   return files_.load(std::memory_order_relaxed) - before;
 }
 
@@ -96,7 +97,7 @@ Status Evictor::ReserveWaiting(const std::function<Status()>& reserve, uint64_t 
     bool evicted = false;
     if (free < bytes) {  // else a pass freed space meanwhile: take it
       const uint64_t low = sp.total / 100 * options_.low_pct;
-      evicted = PassTo(std::min(low, sp.used > bytes ? sp.used - bytes : 0));
+      evicted = PassTo(std::min(low, sp.used > bytes ? sp.used - bytes : 0), /*paced=*/false);
     }
     p.unlock();
     st = reserve();
@@ -125,7 +126,7 @@ void Evictor::Loop() {
     const Space sp = hooks_.space();
     if (sp.total == 0 || sp.used < sp.total / 100 * options_.high_pct) continue;
     std::lock_guard<std::timed_mutex> p(pass_mu_);
-    PassTo(sp.total / 100 * options_.low_pct);
+    PassTo(sp.total / 100 * options_.low_pct, /*paced=*/true);
   }
 }
 

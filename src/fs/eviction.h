@@ -87,7 +87,11 @@ class Evictor {
     // front end drops the name from the kernel's caches there).
     std::function<void(const Gone&)> evicted;
   };
-  static constexpr size_t kBatchFiles = 64;
+  static constexpr size_t kBatchFiles = 32;
+  // Background passes (and RunPass) pause this long between batches, so
+  // that loads get the CPU and the namespace lock in between; a writer
+  // waiting for space does not.
+  static constexpr std::chrono::microseconds kPace{500};
   // How often the pass thread looks at the space used (one allocator
   // snapshot): the overshoot past the high watermark is what is written in
   // this long, and writers that find the volume full wake it at once.
@@ -118,7 +122,7 @@ class Evictor {
   void NotifyLoop();
   // One pass down to `target` bytes used; true if anything was evicted.
   // REQUIRES: pass_mu_ held.
-  bool PassTo(uint64_t target);
+  bool PassTo(uint64_t target, bool paced);
   void Count(const Batch& b);
 
   const EvictionOptions options_;

@@ -12,10 +12,12 @@ from .progress import Progress
 from .common import fmt_size
 from .system import fstype_at, mount_table, os_error_text, run
 from .targets import Ext4Target, KvfsTarget
-from .workloads import BatchWorkload, FioWorkload, LmcacheWorkload, LookupWorkload, RestoreWorkload
+from .workloads import (BatchWorkload, EvictionWorkload, FioWorkload, LmcacheWorkload,
+                        LookupWorkload, RestoreWorkload)
 
 
-class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, RestoreWorkload):
+class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, RestoreWorkload,
+            EvictionWorkload):
     """One run: its configuration, targets, samples and teardown."""
 
     def __init__(self, args, cfg):
@@ -30,6 +32,8 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
         self.samples = []
         self.status = {}  # workload -> {"status", "verified", "reason"}
         self.targets = {}
+        # Mounts a workload makes for itself (eviction), torn down with the rest.
+        self.extra_targets = []
         self.stop = threading.Event()
         self.burst_pid = None
         self.progress = Progress(0)
@@ -64,6 +68,8 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
             else:
                 n += c["rounds"] * (sum(self.repeats(k * size) for k, size in c["batch_shapes"])
                                     + 1)
+        if "evict" in c["workloads"]:
+            n += self.evict_plan_steps()
         return n
 
     def record(self, **sample):
@@ -201,6 +207,12 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
                 t.teardown(self.args.keep)
             except BaseException as e:  # noqa: B036 -- teardown goes on
                 errors.append(f"{name}: {e}")
+        for t in list(self.extra_targets):
+            try:
+                t.teardown(False)
+            except BaseException as e:  # noqa: B036 -- teardown goes on
+                errors.append(f"{t.mnt}: {e}")
+        self.extra_targets.clear()
         for p in self.fio_files:
             if not self.args.keep and os.path.exists(p):
                 os.unlink(p)
@@ -262,7 +274,8 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
                           ("lmcache", self.run_lmcache_round),
                           ("lookup", self.run_lookup_round),
                           ("batch", self.run_batch_round),
-                          ("restore", self.run_restore_round)):
+                          ("restore", self.run_restore_round),
+                          ("evict", self.run_evict_round)):
                 if w in c["workloads"] and w not in failed:
                     self.run_workload(w, lambda: fn(rnd))
                     if self.status.get(w, {}).get("status") == "failed":

@@ -11,11 +11,14 @@ import sys
 
 from . import __doc__ as USAGE
 from .bench import Bench
-from .common import (BLOCK, FILESYSTEMS, FULL, GATE, GiB, KiB, MiB, MODES, QUICK, RAM_INDEX_BYTES, WORKLOADS,
-                     BenchError, Interrupted, align_up, fmt_size, parse_list, parse_shape, parse_size)
+from .common import (BLOCK, EXTRA_WORKLOADS, FILESYSTEMS, FULL, GATE, GiB, KiB, MiB, MODES, QUICK,
+                     RAM_INDEX_BYTES, WORKLOADS, BenchError, Interrupted, align_up, fmt_size,
+                     parse_list, parse_shape, parse_size)
 from .plot import plot
 from .report import format_report, summarize
 from .system import machine_info, mem_available
+from .workloads.eviction import evict_image_bytes, format_evict_report, resolve_evict_config, \
+    summarize_evict
 
 
 def build_parser():
@@ -29,7 +32,8 @@ def build_parser():
     ap.add_argument("--quick", action="store_true",
                     help="small sizes and counts, one round (well under a minute)")
     ap.add_argument("--workloads", metavar="LIST", default=",".join(WORKLOADS),
-                    help="comma-separated subset of " + ",".join(WORKLOADS))
+                    help="comma-separated subset of " + ",".join(WORKLOADS) + " (default), "
+                         "and " + ",".join(EXTRA_WORKLOADS) + " (only when named)")
     ap.add_argument("--fs", metavar="LIST", default=",".join(FILESYSTEMS),
                     help="filesystems to measure: kvfs,ext4 (default both)")
     ap.add_argument("--rounds", type=int, metavar="N", help=f"rounds per measurement ({FULL['rounds']})")
@@ -54,6 +58,21 @@ def build_parser():
     ap.add_argument("--batch-shapes", metavar="LIST",
                     help=f"batch ioctl shapes, KEYSxSIZE ({FULL['batch_shapes']})")
     ap.add_argument("--burst", metavar="SIZE", help=f"bytes of stores during the restore ({FULL['burst']})")
+    ap.add_argument("--evict-keys", type=int, metavar="N",
+                    help=f"evict: keys of the Zipf trace ({FULL['evict_keys']})")
+    ap.add_argument("--evict-requests", type=int, metavar="N",
+                    help=f"evict: requests of the Zipf trace ({FULL['evict_requests']})")
+    ap.add_argument("--evict-capacity", type=float, metavar="FRACTION",
+                    help="evict: bytes the high watermark holds, as a share of the trace's "
+                         f"working set ({FULL['evict_capacity']})")
+    ap.add_argument("--evict-sizes", metavar="LIST",
+                    help=f"evict: chunk sizes of the store loop ({FULL['evict_sizes']})")
+    ap.add_argument("--evict-volume", metavar="SIZE",
+                    help="evict: image of the store loop and the pass latency "
+                         f"({FULL['evict_volume']})")
+    ap.add_argument("--evict-scan-ms", type=float, metavar="MS",
+                    help="evict: how often the outside atime evictor looks at the space used "
+                         f"({FULL['evict_scan_ms']:g})")
     ap.add_argument("--image-size", metavar="SIZE",
                     help=f"size of each image file ({FULL['image_size']}; with --ram: what the "
                          "largest workload needs)")
@@ -98,9 +117,10 @@ def resolve_config(a):
 
     cfg = {"quick": a.quick, "dir": os.path.abspath(a.dir), "seed": a.seed}
     cfg["workloads"] = parse_list(a.workloads, str.strip, "--workloads")
-    bad = [w for w in cfg["workloads"] if w not in WORKLOADS]
+    bad = [w for w in cfg["workloads"] if w not in WORKLOADS + EXTRA_WORKLOADS]
     if bad:
-        raise BenchError(f"--workloads: unknown {','.join(bad)} (known: {','.join(WORKLOADS)})")
+        raise BenchError(f"--workloads: unknown {','.join(bad)} "
+                         f"(known: {','.join(WORKLOADS + EXTRA_WORKLOADS)})")
     cfg["filesystems"] = parse_list(a.fs, str.strip, "--fs")
     bad = [f for f in cfg["filesystems"] if f not in FILESYSTEMS]
     if bad:
@@ -121,6 +141,8 @@ def resolve_config(a):
                                      "--batch-shapes")
     cfg["burst"] = parse_size(pick("burst"))
     cfg["ram"] = bool(a.ram)
+    if "evict" in cfg["workloads"]:
+        resolve_evict_config(a, cfg, pick)
     cfg["device"] = "ram" if a.ram else "disk"
     bad = [m for m in cfg["modes"] if m not in MODES]
     if bad:
@@ -175,6 +197,10 @@ def resolve_ram(a, cfg, need):
         files.append(("kvfs index", RAM_INDEX_BYTES))
     if uses_fs and "ext4" in cfg["filesystems"] and not a.ext4_mount and not a.ext4_device:
         files.append(("ext4 image", cfg["image_size"]))
+    if "evict" in cfg["workloads"]:
+        image, index = evict_image_bytes(cfg)
+        files.append(("eviction image", image))
+        files.append(("eviction index", index))
     if "fio" in cfg["workloads"] and a.fio_target is None and not a.kvfs_device:
         files.append(("fio file", min(cfg["fio_region"], cfg["image_size"])))
     if not files:
@@ -215,7 +241,8 @@ def main(argv=None):
               "drops the page cache)", file=sys.stderr)
         return 2
     uses_fs = any(w in cfg["workloads"] for w in ("lmcache", "lookup", "restore", "batch"))
-    if uses_fs and "kvfs" in cfg["filesystems"] and not a.kvfs_mount:
+    if (uses_fs and "kvfs" in cfg["filesystems"] and not a.kvfs_mount) or \
+            "evict" in cfg["workloads"]:
         if not os.path.exists("/dev/fuse"):
             print("kvfs-bench: /dev/fuse is missing: FUSE is not available here "
                   "(modprobe fuse; in a container, pass --device /dev/fuse)", file=sys.stderr)
@@ -288,6 +315,10 @@ def main(argv=None):
         code = 1
     fio_rows, rows = summarize(bench.samples, cfg)
     report = format_report(fio_rows, rows, cfg)
+    evict_rows = summarize_evict(bench.samples)
+    evict_report = format_evict_report(evict_rows, cfg)
+    if evict_report:
+        report = (report + "\n\n" + evict_report) if report else evict_report
     if report:
         print(report)
     for w in failed:
@@ -301,7 +332,7 @@ def main(argv=None):
                "loadavg_at_end": os.getloadavg(),
                "kvfs_cold_method": {t.name: getattr(t, "cold_method", None)
                                     for t in bench.targets.values()},
-               "workloads": bench.status, "fio": fio_rows, "rows": rows,
+               "workloads": bench.status, "fio": fio_rows, "rows": rows, "evict": evict_rows,
                "samples": bench.samples}
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=1, default=str)

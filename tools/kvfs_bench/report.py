@@ -30,7 +30,8 @@ def summarize(samples, cfg):
     groups = {}
     order = []
     for s in samples:
-        if s["workload"] == "fio" or s.get("available") is False:
+        # The eviction workload has its own table (workloads/eviction.py).
+        if s["workload"] in ("fio", "evict") or s.get("available") is False:
             continue
         key = (s["workload"], s["op"], s["mode"], s["size"], s["batches"], s.get("keys"))
         if key not in groups:
@@ -83,7 +84,7 @@ def summarize(samples, cfg):
                 "client": acc["client"] / gib, "system": acc["system"] / gib,
                 "bytes": acc["bytes"]}
         rows.append(row)
-    for s in (s for s in samples if s.get("available") is False):
+    for s in (s for s in samples if s.get("available") is False and s["workload"] == "batch"):
         rows.append({"workload": "batch", "op": "batch", "mode": "-", "size": 0, "batches": 1,
                      "keys": None, "unit": "-", "kvfs": None, "ext4": None, "limit": None,
                      "limit_depth": None, "kvfs_vs_ext4": None, "kvfs_vs_limit": None,

@@ -47,8 +47,12 @@ class KvfsTarget(Target):
 
     name = "kvfs"
 
-    def __init__(self, bench, mnt, image=None, index=None, managed=True, owned=True):
+    def __init__(self, bench, mnt, image=None, index=None, managed=True, owned=True,
+                 options=None):
         self.bench = bench
+        # -o options of this mount, after --kvfs-options (the eviction
+        # workload mounts its own volumes with evict=...).
+        self.options = options
         self.mnt = mnt
         self.image = image
         self.index = index
@@ -82,6 +86,8 @@ class KvfsTarget(Target):
             opts.append(f"index={self.index}")
         if self.bench.args.kvfs_options:
             opts.append(self.bench.args.kvfs_options)
+        if self.options:
+            opts.append(self.options)
         cmd = [self.bench.kvfs_bin, "-f"] + (["-o", ",".join(opts)] if opts else [])
         cmd += [self.image, self.mnt]
         log = open(self.log_path, "ab")
