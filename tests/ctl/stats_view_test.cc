@@ -148,5 +148,23 @@ TEST(RenderStats, ToleratesADocumentOfAnotherShape) {
   }
 }
 
+TEST(RenderStats, EvictionLineOnlyWhenEvictionIsOn) {
+  json doc = {{"eviction",
+               {{"on", true}, {"high_pct", 90}, {"low_pct", 80}, {"min_age_s", 60.0},
+                {"scope", "mount"}, {"files", 12}, {"bytes", 12 << 20}, {"passes", 3},
+                {"writer_waits", 2}, {"writer_wait_s", 0.25}, {"last_age_s", 90.5}}}};
+  const std::string out = RenderStats(doc, nullptr, 0, "h");
+  EXPECT_NE(out.find("eviction  lru 90% -> 80% of data space, min age 60s, scope mount; 12 files "
+                     "(12M) in 3 passes, last aged 90.5s; 2 writer waits (0.25s)\n"),
+            std::string::npos)
+      << out;
+  doc["eviction"]["on"] = false;
+  EXPECT_EQ(RenderStats(doc, nullptr, 0, "h").find("eviction "), std::string::npos);
+  // A document without the object (an older daemon) or with a wrong "on".
+  EXPECT_EQ(RenderStats(json::object(), nullptr, 0, "h").find("eviction "), std::string::npos);
+  doc["eviction"] = {{"on", "yes"}};
+  EXPECT_EQ(RenderStats(doc, nullptr, 0, "h").find("eviction "), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvfs::ctl

@@ -272,6 +272,24 @@ std::string RenderStats(const json& now, const json* prev, double interval_s,
            HumanBytes(U(now, {"space", "free_bytes"})).c_str(),
            HumanBytes(U(now, {"space", "largest_free_bytes"})).c_str(),
            static_cast<unsigned long long>(U(now, {"space", "free_extents"})));
+  // Eviction (-o evict=lru): shown only when it is on.
+  const json* evict_on = At(now, {"eviction", "on"});
+  if (evict_on != nullptr && evict_on->is_boolean() && evict_on->get<bool>()) {
+    const json* scope = At(now, {"eviction", "scope"});
+    o += Fmt("%-9s lru %llu%% -> %llu%% of data space, min age %.0fs, scope %s; %llu files (%s) "
+             "in %llu passes, last aged %.1fs; %llu writer waits (%.2fs)\n",
+             "eviction", static_cast<unsigned long long>(U(now, {"eviction", "high_pct"})),
+             static_cast<unsigned long long>(U(now, {"eviction", "low_pct"})),
+             D(At(now, {"eviction", "min_age_s"})),
+             scope != nullptr && scope->is_string() ? scope->get_ref<const std::string&>().c_str()
+                                                    : "-",
+             static_cast<unsigned long long>(U(now, {"eviction", "files"})),
+             HumanBytes(U(now, {"eviction", "bytes"})).c_str(),
+             static_cast<unsigned long long>(U(now, {"eviction", "passes"})),
+             D(At(now, {"eviction", "last_age_s"})),
+             static_cast<unsigned long long>(U(now, {"eviction", "writer_waits"})),
+             D(At(now, {"eviction", "writer_wait_s"})));
+  }
   // How requests reach the daemon (/dev/fuse or FUSE over io_uring).
   const json* transport = At(now, {"transport"});
   o += Fmt("%-9s %s\n", "transport",

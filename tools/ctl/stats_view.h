@@ -26,7 +26,8 @@ std::string HumanMicros(double us);
 // The stats table: ops (count, bytes, p50/p90/p99/p99.9/max latency),
 // lanes (ops, bytes, in-flight, queued, errors, p50/p99), devices (the
 // same per device of the volume, with its path), then cache,
-// prefetch, staging, space, transport, FUSE requests by opcode and errors lines. With `prev` (the document read
+// prefetch, staging, space, eviction (when on), transport, FUSE requests by
+// opcode and errors lines. With `prev` (the document read
 // `interval_s` seconds before) it adds per-second rates of the counters
 // between the two. `header` is the first line.
 std::string RenderStats(const nlohmann::json& now, const nlohmann::json* prev, double interval_s,
