@@ -6,7 +6,8 @@ atime, and deletes the oldest until the space it frees brings the volume to
 last 60 minutes). It guesses recency from atime, so the filesystem should be
 mounted with strictatime for atimes to be exact.
 
-It runs in a thread of its own (start/stop) and counts its scans, the files
+It runs in a thread of its own (start/stop), or its owner calls check()
+when it likes (interval None), and counts its scans, the files
 and bytes it deleted and the seconds it spent scanning and deleting.
 """
 import os
@@ -52,6 +53,7 @@ class AtimeEvictor:
         self.low_pct = low_pct
         self.interval = interval
         self.min_age = min_age
+        self.settle_s = 2.0
         self.scans = 0
         self.files = 0
         self.bytes = 0
@@ -84,6 +86,12 @@ class AtimeEvictor:
             deleted += 1
             self.bytes += nbytes
         self.files += deleted
+        # A filesystem may free an unlinked file's space a moment later
+        # (kvfs: once the unlink commits). Wait until statvfs shows it, so
+        # that the next look does not see the same space and delete again.
+        deadline = time.monotonic() + self.settle_s
+        while deleted and space_used(self.mount)[0] > target and time.monotonic() < deadline:
+            time.sleep(0.002)
         self.busy_s += time.perf_counter() - t0
         return deleted
 

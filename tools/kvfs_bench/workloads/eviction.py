@@ -15,8 +15,12 @@ its own (DATA_DIR/evict.img at DIR/mnt-evict), sized for it:
           trace's working set. Replayed on kvfs with eviction on
           (evict_min_age=0, 90/80 watermarks), and on kvfs with eviction off
           and strictatime while an outside evictor like llm-d's
-          (atime_evictor) scans the tree's atimes every --evict-scan-ms and
-          deletes the oldest from 90% down to 80%. Beside them, exact LRU
+          (atime_evictor) scans the tree's atimes and deletes the oldest
+          from 90% down to 80%: run as soon as a store leaves the volume at
+          90% or more (its best case: it never lets the volume fill), and
+          every --evict-scan-ms in a thread (as a daemon would; a store that
+          finds the volume full fails with ENOSPC, as it would for a
+          connector). Beside them, exact LRU
           simulations of the same trace at the same bytes: between the same
           watermarks (the policy kvfs runs), and plain LRU at the high and at
           the low watermark's bytes.
@@ -209,7 +213,7 @@ class EvictionWorkload:
 
     def evict_plan_steps(self):
         c = self.cfg
-        return c["rounds"] * (2 * len(c["evict_sizes"]) + 2 + 1)
+        return c["rounds"] * (2 * len(c["evict_sizes"]) + 3 + 1)
 
     def _evict_pattern(self):
         if getattr(self, "evict_pat", None) is None:
@@ -312,8 +316,11 @@ class EvictionWorkload:
 
     # ------------------------------------------------------------ Zipf trace
 
-    def _replay(self, t, trace, d, evictor=None):
-        """Replays the trace under d; returns the counts and latencies."""
+    def _replay(self, t, trace, d, evictor=None, on_crossing=False):
+        """Replays the trace under d; returns the counts and latencies. An
+        outside `evictor` runs in its thread, or with `on_crossing` right
+        after each store that leaves the volume at its high watermark or
+        above (an evictor that notices at once: no overshoot)."""
         pat = self._evict_pattern()
         keys, tmps = key_names(d, "zipf", trace.keys)
         offs = self.trace_offs
@@ -322,7 +329,8 @@ class EvictionWorkload:
         load_s = []
         _, total = space_used(t.mnt)
         peak = 0
-        if evictor:
+        high = total // 100 * HIGH_PCT
+        if evictor and not on_crossing:
             evictor.start()
         t0 = time.perf_counter()
         try:
@@ -341,9 +349,12 @@ class EvictionWorkload:
                 races += got == RACE
                 if not store_one(keys[k], tmps[k], pat.data(offs[k], size)):
                     enospc += 1
-                peak = max(peak, used_bytes(t.mnt))
+                used = used_bytes(t.mnt)
+                peak = max(peak, used)
+                if on_crossing and used >= high:
+                    evictor.check()
         finally:
-            if evictor:
+            if evictor and not on_crossing:
                 evictor.stop()
             buf.close()
         secs = time.perf_counter() - t0
@@ -367,14 +378,19 @@ class EvictionWorkload:
         common = dict(workload="evict", mode="buffered", size=0, batches=1, keys=trace.keys,
                       round=rnd, requests=len(trace), working_set=ws, unit="%", verified=True)
         interval = c["evict_scan_ms"] / 1000
+        outside = "evict=off,strictatime"
         runs = [("kvfs", f"evict=lru,evict_min_age=0,evict_high={HIGH_PCT},evict_low={LOW_PCT}",
                  None),
-                ("llm-d", "evict=off,strictatime", interval)]
+                ("llm-d", outside, "crossing"),
+                (f"llm-d every {c['evict_scan_ms']:g} ms", outside, interval)]
         if rnd % 2:
             runs.reverse()
         for who, options, scan in runs:
             label = ("kvfs evict=lru" if scan is None else
-                     f"an atime evictor every {c['evict_scan_ms']} ms (kvfs evict=off, strictatime)")
+                     "an atime evictor run as a store crosses the high watermark "
+                     "(kvfs evict=off, strictatime)" if scan == "crossing" else
+                     f"an atime evictor every {c['evict_scan_ms']:g} ms (kvfs evict=off, "
+                     "strictatime)")
             self.progress.step(f"evict Zipf({TRACE_ALPHA}) trace of {len(trace)} requests over "
                                f"{trace.keys} keys, {label}, round {rnd + 1}/{c['rounds']}")
             t = self._evict_mount(image, options)
@@ -382,10 +398,10 @@ class EvictionWorkload:
                 base, total = space_used(t.mnt)
                 d = os.path.join(t.workdir, "trace")
                 os.makedirs(d)
-                evictor = None if scan is None else AtimeEvictor(t.mnt, d, HIGH_PCT, LOW_PCT,
-                                                                 interval=scan)
+                evictor = None if scan is None else AtimeEvictor(
+                    t.mnt, d, HIGH_PCT, LOW_PCT, interval=scan if scan != "crossing" else None)
                 ev0 = eviction_stats(t.mnt)
-                r = self._replay(t, trace, d, evictor)
+                r = self._replay(t, trace, d, evictor, on_crossing=scan == "crossing")
                 r["eviction"] = (stats_delta(ev0, eviction_stats(t.mnt)) if scan is None
                                  else evictor.counters())
             finally:
@@ -408,7 +424,7 @@ class EvictionWorkload:
                 kvfs_rate, sim_rate = 100 * r["hit_rate"], 100 * sims[0][1].hit_rate
                 self.record(op="kvfs - sim", fs="kvfs", value=kvfs_rate - sim_rate,
                             seconds=None, **{**common, "unit": "points"})
-            else:
+            elif who == "llm-d":
                 llmd_rate = 100 * r["hit_rate"]
         self.record(op="kvfs - llm-d", fs="kvfs", value=kvfs_rate - llmd_rate, seconds=None,
                     **{**common, "unit": "points"})
@@ -542,7 +558,8 @@ def summarize_evict(samples):
             order.append(key)
         g = groups[key]
         g["vals"].append(s["value"])
-        for k in ("stores_per_s", "cpu_daemon_s", "bytes", "p50_ms", "loads", "enospc", "races"):
+        for k in ("stores_per_s", "cpu_daemon_s", "bytes", "p50_ms", "loads", "enospc", "races",
+                  "peak_used_pct"):
             if s.get(k) is not None:
                 g["extra"].setdefault(k, []).append(s[k])
     rows = []
@@ -556,6 +573,8 @@ def summarize_evict(samples):
             row["stores_per_s"] = statistics.median(ex["stores_per_s"])
         if "cpu_daemon_s" in ex and ex.get("bytes"):
             row["cpu_daemon_s_per_gib"] = sum(ex["cpu_daemon_s"]) / (sum(ex["bytes"]) / (1 << 30))
+        if "peak_used_pct" in ex:
+            row["peak_used_pct"] = max(ex["peak_used_pct"])
         if "p50_ms" in ex:
             row["p50_ms"] = statistics.median(ex["p50_ms"])
             row["loads"] = statistics.median(ex["loads"])
@@ -590,6 +609,8 @@ def format_evict_report(rows, cfg):
             notes.append(f"daemon {r['cpu_daemon_s_per_gib']:.2f} CPU s/GiB")
         if "p50_ms" in r:
             notes.append(f"p50 {r['p50_ms']:.3f} ms, {r['loads']:.0f} loads")
+        if "peak_used_pct" in r:
+            notes.append(f"peak {r['peak_used_pct']:.1f}% used")
         if r.get("enospc"):
             notes.append(f"{r['enospc']} ENOSPC")
         if r.get("races"):
