@@ -1,5 +1,9 @@
 #include "fs/eviction.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace kvfs::fs {
@@ -76,10 +80,14 @@ bool Evictor::PassTo(uint64_t target, bool paced) {
 }
 
 uint64_t Evictor::RunPass(unsigned to_pct) {
-  std::lock_guard<std::timed_mutex> p(pass_mu_);
   const uint64_t before = files_.load(std::memory_order_relaxed);
   const Space sp = hooks_.space();
-  PassTo(sp.total / 100 * to_pct, /*paced=*/true);
+  std::unique_lock<std::mutex> l(mu_);
+  request_target_ = sp.total / 100 * to_pct;
+  const uint64_t ticket = ++requests_asked_;
+  kicked_ = true;
+  cv_.notify_all();
+  cv_.wait(l, [&] { return requests_served_ >= ticket || stop_; });
   return files_.load(std::memory_order_relaxed) - before;
 }
 
@@ -116,12 +124,31 @@ Status Evictor::ReserveWaiting(const std::function<Status()>& reserve, uint64_t 
 }
 
 void Evictor::Loop() {
+  // Linux's nice is per thread: this one only.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   for (;;) {
+    uint64_t asked = 0, target = 0;
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait_for(l, kPoll, [&] { return kicked_ || stop_; });
-      if (stop_) return;
+      if (stop_) {
+        requests_served_ = requests_asked_;  // RunPass callers return
+        cv_.notify_all();
+        return;
+      }
       kicked_ = false;
+      asked = requests_asked_;
+      target = request_target_;
+    }
+    if (asked > requests_served_) {  // only this thread writes it
+      {
+        std::lock_guard<std::timed_mutex> p(pass_mu_);
+        PassTo(target, /*paced=*/true);
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      requests_served_ = asked;
+      cv_.notify_all();
+      continue;
     }
     const Space sp = hooks_.space();
     if (sp.total == 0 || sp.used < sp.total / 100 * options_.high_pct) continue;

@@ -17,8 +17,13 @@
 // loads get in between), and the writers' wait. It knows nothing of inodes:
 // its hooks measure space and evict.
 //
+// Passes run on the Evictor's own thread (RunPass hands its pass to it), at
+// a lower CPU priority (nice +10) and paced, so that on a busy machine the
+// loads' threads run first; a writer waiting for space evicts on its own
+// thread, unpaced.
+//
 // Thread safety: every method may be called from any thread; the hooks run
-// on the pass thread or, for RunPass, on the caller's.
+// on the pass thread or, for ReserveWaiting, on the writer's.
 #pragma once
 
 #include <atomic>
@@ -104,8 +109,8 @@ class Evictor {
   // Told after each allocation: wakes the pass thread at once when the
   // space used has reached the high watermark (else it looks every kPoll).
   void Allocated();
-  // Evicts until used <= to_pct % of the space, now, on the caller's
-  // thread. Returns the files evicted.
+  // Evicts until used <= to_pct % of the space (or nothing more is
+  // evictable), now, and returns the files evicted.
   uint64_t RunPass(unsigned to_pct);
   // A write found no space: until `reserve` (called holding no Evictor
   // lock) stops failing with ENOSPC, evicts (down to the low watermark, at
@@ -131,6 +136,10 @@ class Evictor {
   std::mutex mu_;
   std::condition_variable cv_;
   bool kicked_ = false;  // GUARDED_BY(mu_)
+  // RunPass's requests: the latest target, and how many were asked for and
+  // served. GUARDED_BY(mu_)
+  uint64_t request_target_ = 0;
+  uint64_t requests_asked_ = 0, requests_served_ = 0;
   bool stop_ = false;    // GUARDED_BY(mu_)
   std::deque<Gone> gone_;  // GUARDED_BY(mu_), for the notify thread
   std::atomic<uint64_t> files_{0}, bytes_{0}, passes_{0}, waits_{0}, wait_ns_{0};
