@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 namespace kvfs::fs {
@@ -18,7 +20,11 @@ void Evictor::NotifyLoop() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
     cv_.wait(l, [&] { return stop_ || !gone_.empty(); });
-    if (gone_.empty()) return;  // stop_, and everything told
+    if (gone_.empty()) {  // stop_, and everything told
+      notify_done_ = true;
+      cv_.notify_all();
+      return;
+    }
     Gone g = std::move(gone_.front());
     gone_.pop_front();
     l.unlock();
@@ -34,7 +40,21 @@ void Evictor::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (notify_thread_.joinable()) notify_thread_.join();
+  if (!notify_thread_.joinable()) return;
+  bool done;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    done = cv_.wait_for(l, kNotifyStopWait, [&] { return notify_done_; });
+  }
+  if (done) {
+    notify_thread_.join();
+  } else {
+    // Blocked in the listener (a kernel notification behind a request
+    // nobody serves any more, at teardown): the process is ending, and
+    // its exit ends the call; waiting would hang it.
+    spdlog::warn("eviction: a notification is still blocked at shutdown; not waiting for it");
+    notify_thread_.detach();
+  }
 }
 
 void Evictor::Allocated() {
@@ -96,16 +116,22 @@ Status Evictor::ReserveWaiting(const std::function<Status()>& reserve, uint64_t 
   const auto deadline = start + options_.writer_wait;
   waits_.fetch_add(1, std::memory_order_relaxed);
   Status st = Status::Error(ENOSPC, "volume full");
+  bool kicked_local = false;
   for (;;) {
     // The pass thread may be in a batch: wait for it, bounded.
     std::unique_lock<std::timed_mutex> p(pass_mu_, deadline);
-    if (!p.owns_lock()) break;
+    if (!p.owns_lock()) {
+      st = reserve();  // the pass freed space while this writer waited
+      break;
+    }
     const Space sp = hooks_.space();
     const uint64_t free = sp.total - std::min(sp.used, sp.total);
     bool evicted = false;
     if (free < bytes) {  // else a pass freed space meanwhile: take it
-      const uint64_t low = sp.total / 100 * options_.low_pct;
-      evicted = PassTo(std::min(low, sp.used > bytes ? sp.used - bytes : 0), /*paced=*/false);
+      // What this write needs only (a batch or so): the background pass,
+      // kicked here, goes on to the low watermark.
+      evicted = PassTo(sp.used > bytes - free ? sp.used - (bytes - free) : 0, /*paced=*/false);
+      kicked_local = true;
     }
     p.unlock();
     st = reserve();
@@ -116,6 +142,7 @@ Status Evictor::ReserveWaiting(const std::function<Status()>& reserve, uint64_t 
     // or it is fragmented): make more room next time round.
     if (!evicted) bytes = free + bytes;
   }
+  if (kicked_local) Allocated();  // past the high watermark: the pass goes on
   wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::steady_clock::now() - start)
                          .count(),
@@ -126,6 +153,7 @@ Status Evictor::ReserveWaiting(const std::function<Status()>& reserve, uint64_t 
 void Evictor::Loop() {
   // Linux's nice is per thread: this one only.
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  std::chrono::steady_clock::time_point quiet_until{};
   for (;;) {
     uint64_t asked = 0, target = 0;
     {
@@ -152,8 +180,12 @@ void Evictor::Loop() {
     }
     const Space sp = hooks_.space();
     if (sp.total == 0 || sp.used < sp.total / 100 * options_.high_pct) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < quiet_until) continue;
     std::lock_guard<std::timed_mutex> p(pass_mu_);
-    PassTo(sp.total / 100 * options_.low_pct, /*paced=*/true);
+    if (!PassTo(sp.total / 100 * options_.low_pct, /*paced=*/true)) {
+      quiet_until = now + kFruitlessBackoff;
+    }
   }
 }
 

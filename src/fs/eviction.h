@@ -97,6 +97,12 @@ class Evictor {
   // that loads get the CPU and the namespace lock in between; a writer
   // waiting for space does not.
   static constexpr std::chrono::microseconds kPace{500};
+  // A watermark pass that evicted nothing (everything protected) is not
+  // tried again for this long, unless RunPass asks: each look walks the
+  // protected files under the namespace lock.
+  static constexpr std::chrono::milliseconds kFruitlessBackoff{1000};
+  // Stop() waits this long for the notify thread, then leaves it.
+  static constexpr std::chrono::seconds kNotifyStopWait{3};
   // How often the pass thread looks at the space used (one allocator
   // snapshot): the overshoot past the high watermark is what is written in
   // this long, and writers that find the volume full wake it at once.
@@ -142,6 +148,7 @@ class Evictor {
   uint64_t requests_asked_ = 0, requests_served_ = 0;
   bool stop_ = false;    // GUARDED_BY(mu_)
   std::deque<Gone> gone_;  // GUARDED_BY(mu_), for the notify thread
+  bool notify_done_ = false;  // GUARDED_BY(mu_)
   std::atomic<uint64_t> files_{0}, bytes_{0}, passes_{0}, waits_{0}, wait_ns_{0};
   std::atomic<int64_t> last_age_ns_{0};
   // Last: started once everything above is set.

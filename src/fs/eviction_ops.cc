@@ -94,6 +94,9 @@ static const char* Protected(const InodeState& v, const InodeTable& table) {
 Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
                                             std::vector<Evictor::Gone>* gone) {
   Evictor::Batch b;
+  // After an index or device failure nothing commits: an unlink would only
+  // hide a file it cannot free.
+  if (!Writable().ok()) return b;
   const int64_t now = NowNs();
   const int64_t min_age = options_.eviction.min_age_ns;
   std::unordered_set<uint64_t> kept;  // looked at and protected: passed over

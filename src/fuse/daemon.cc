@@ -240,6 +240,9 @@ Mount::~Mount() {
     // now: freeing the session under it would be a use after free. The
     // process is ending; its exit closes the fd and ends the call.
     spdlog::warn("eviction: a kernel notification is still blocked; leaving the session open");
+    // What the blocked call may still touch when it returns stays too.
+    (void)state_.release();
+    (void)uring_.release();
     return;
   }
   if (mounted_) fuse_session_unmount(se_);
