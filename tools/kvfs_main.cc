@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
@@ -97,6 +98,12 @@ constexpr const char* kUsage =
     "                        directory whose user.kvfs.evict says lru) (mount)\n"
     "  evict_wait_ms=N       a write that finds the volume full waits this long for\n"
     "                        eviction before ENOSPC, milliseconds (2000)\n"
+    "  ro                    read-only mount: nothing is written to the volume (no\n"
+    "                        atime, no index write); read-write mounts of the volume\n"
+    "                        are refused while it is up\n"
+    "  busy_wait_s=N         a volume still held by a daemon that is ending (an\n"
+    "                        unmount just returned) is waited for this long before\n"
+    "                        the mount fails with \"volume is in use\", seconds (30)\n"
     "  log_level=L           trace, debug, info, warn, error, critical, off (info)\n"
     "  verify=on|off         check every extent read from the device against its\n"
     "                        crc32c; a mismatch fails the read with EIO (off)\n"
@@ -144,6 +151,8 @@ struct Config {
   char* fault_eio = nullptr;
   int shape = 0;
   char* shape_spec = nullptr;
+  int read_only = 0;
+  unsigned busy_wait_s = 30;
   int foreground = 0;
   int show_help = 0;
   int show_version = 0;
@@ -163,7 +172,7 @@ struct Parsed {
 };
 
 enum Key { kKeyForeground, kKeyDebug, kKeyHelp, kKeyVersion, kKeyRelatime, kKeyStrictatime,
-           kKeyNoatime };
+           kKeyNoatime, kKeyRo, kKeyRw };
 
 #define KVFS_OPT(t, field) {t, offsetof(Config, field), 1}
 const fuse_opt kOptions[] = {
@@ -200,6 +209,10 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("evict_min_age=%u", evict_min_age),
     KVFS_OPT("evict_scope=%s", evict_scope),
     KVFS_OPT("evict_wait_ms=%u", evict_wait_ms),
+    KVFS_OPT("busy_wait_s=%u", busy_wait_s),
+    // Also for the kernel (MS_RDONLY): ProcessArg passes them on.
+    FUSE_OPT_KEY("ro", kKeyRo),
+    FUSE_OPT_KEY("rw", kKeyRw),
     FUSE_OPT_KEY("relatime", kKeyRelatime),
     FUSE_OPT_KEY("strictatime", kKeyStrictatime),
     FUSE_OPT_KEY("noatime", kKeyNoatime),
@@ -256,6 +269,12 @@ int ProcessArg(void* data, const char* arg, int key, fuse_args* /*outargs*/) {
     case kKeyNoatime:
       p.cfg.atime = kvfs::fs::AtimeMode::kNoatime;
       return 0;
+    case kKeyRo:
+      p.cfg.read_only = 1;
+      return 1;
+    case kKeyRw:
+      p.cfg.read_only = 0;
+      return 1;
     default:
       return 1;
   }
@@ -424,6 +443,57 @@ void RaiseOpenFileLimit() {
   spdlog::debug("open file limit raised from {} to {}", was, r.rlim_cur);
 }
 
+// Whether a kvfs mount of `first_device` is in this mount namespace (what
+// fsname= shows: the first device's path, see main()).
+bool MountedHere(const std::string& first_device) {
+  FILE* f = std::fopen("/proc/self/mountinfo", "re");
+  if (f == nullptr) return false;
+  char* line = nullptr;
+  size_t cap = 0;
+  bool found = false;
+  while (!found && getline(&line, &cap, f) > 0) {
+    // ... - FSTYPE SOURCE OPTIONS
+    const char* sep = std::strstr(line, " - ");
+    if (sep == nullptr) continue;
+    char type[256], source[PATH_MAX];
+    if (std::sscanf(sep + 3, "%255s %4095s", type, source) != 2) continue;
+    found = std::strcmp(type, "fuse.kvfs") == 0 && first_device == source;
+  }
+  std::free(line);
+  std::fclose(f);
+  return found;
+}
+
+// Volume::Open, waiting while the volume is held by a daemon that is
+// ending: umount returns as soon as the kernel lets go of the mount, while
+// the old daemon may still be writing out staged data and closing the
+// index (seconds, with much staged). Tries again every 50 ms for up to
+// `wait_s` seconds, saying once that it waits. A volume that is mounted
+// (seen in /proc/self/mountinfo) is refused at once.
+kvfs::Result<std::unique_ptr<kvfs::volume::Volume>> OpenVolume(
+    const std::vector<std::string>& devices, const kvfs::volume::VolumeOptions& vopt,
+    unsigned wait_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  bool waited = false;
+  for (;;) {
+    auto v = kvfs::volume::Volume::Open(devices, vopt);
+    if (v.ok()) {
+      if (waited) spdlog::info("the volume was released; mounting");
+      return v;
+    }
+    if (v.status().code() != EBUSY || std::chrono::steady_clock::now() >= deadline ||
+        MountedHere(devices[0])) {
+      return v;
+    }
+    if (!waited) {
+      spdlog::warn("{}; waiting up to {} s for the process holding it to let go",
+                   v.status().ToString(), wait_s);
+      waited = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -528,6 +598,12 @@ int main(int argc, char** argv) {
     vopt.index_dir = std::filesystem::absolute(cfg.index, ec).lexically_normal().string();
     if (ec) Fail(std::string("index ") + cfg.index + ": " + ec.message());
   }
+  // -o ro: the volume is opened read-only (devices O_RDONLY, the index as
+  // a RocksDB secondary: nothing is written), under a shared lock.
+  vopt.read_only = cfg.read_only != 0;
+  vopt.shared_lock = vopt.read_only;
+  fsopt.read_only = vopt.read_only;
+  if (cfg.busy_wait_s > 3600) Fail("busy_wait_s must be at most 3600");
   vopt.engine.staging_pool_bytes = static_cast<size_t>(cfg.dirty_mb) << 20;
   vopt.engine.rings = cfg.rings;
   if (cfg.shape || cfg.shape_spec != nullptr) {
@@ -582,7 +658,7 @@ int main(int argc, char** argv) {
   }
 
   RaiseOpenFileLimit();
-  auto volume = kvfs::volume::Volume::Open(devices, vopt);
+  auto volume = OpenVolume(devices, vopt, cfg.busy_wait_s);
   if (!volume.ok()) Fail(volume.status().ToString());
   if (cfg.fault_injection) power.Arm();
   struct DisarmFirst {  // the switch's thread ends before the volume closes

@@ -19,6 +19,7 @@ Status FileSystem::Impl::FlushDevices() {
 }
 
 Status FileSystem::Impl::Writable() const {
+  if (options_.read_only) return Status::Error(EROFS, "mounted read-only");
   Status failure = volume_.index().failure();
   if (failure.ok()) failure = committer_->failure();
   if (failure.ok()) return Status::OK();

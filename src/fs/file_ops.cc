@@ -39,7 +39,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
   return Created{ToAttr(file->rec), fh};
 }
 
-Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, bool kill_suidgid) {
+Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, KillPriv* kill) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   {
     std::unique_lock<std::mutex> l(i->mu);
@@ -48,7 +48,8 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, bool kill_suidg
     // unlink raced it): ESTALE makes the kernel look the name up again
     // (do_filp_open retries with LOOKUP_REVAL) and open what it names now.
     if (i->deleted) return Status::Error(ESTALE, "open of a removed file");
-    const uint32_t mode = kill_suidgid && (flags & O_TRUNC) ? KillSuidGid(i->rec.mode) : i->rec.mode;
+    const uint32_t mode =
+        kill && (flags & O_TRUNC) ? KillSuidGidFor(i->rec.mode, i->rec.gid, *kill) : i->rec.mode;
     if (((flags & O_TRUNC) && i->rec.size > 0) || mode != i->rec.mode) {
       // The kernel checked write permission for O_TRUNC, even with O_RDONLY
       // (Linux truncates then too). To size 0 nothing is staged: no failure.
@@ -105,6 +106,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
 void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {
   std::optional<Handle> h = handles_.Get(fh);
   if (!h) return done(NoHandle("fsync"));
+  if (options_.read_only) return done(Status::OK());  // nothing was written
   InodeRef i = std::move(h->inode);
   std::unique_lock<std::mutex> l(i->mu);
   SubmitAllStaged(i);

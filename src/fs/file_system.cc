@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <random>
 
 #include "common/format.h"
 #include "fs/calls.h"
@@ -27,6 +28,15 @@ io::SchedulerOptions FileSystem::Impl::LaneOptions(const volume::Volume& volume,
     o.limits[i].max_bytes = uint64_t{options.lane_commands[i]} * o.command_bytes;
   }
   return o;
+}
+
+uint32_t FileSystem::Impl::RandomGeneration() {
+  std::random_device rd;
+  uint32_t g;
+  do {
+    g = rd();
+  } while (g <= 1);
+  return g;
 }
 
 FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
@@ -288,8 +298,15 @@ FileSystem::~FileSystem() = default;
 
 Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
                                                        const FileSystemOptions& options) {
-  if (volume.read_only()) return Status::Error(EROFS, "FileSystem needs a read-write volume");
-  KVFS_RETURN_IF_ERROR(Impl::LaneOptions(volume, options).Validate());
+  if (volume.read_only() && !options.read_only) {
+    return Status::Error(EROFS, "FileSystem needs a read-write volume");
+  }
+  FileSystemOptions opts = options;
+  if (opts.read_only) {
+    opts.atime = AtimeMode::kNoatime;  // a read moves nothing
+    opts.eviction.enabled = false;
+  }
+  KVFS_RETURN_IF_ERROR(Impl::LaneOptions(volume, opts).Validate());
   // The cache's memory is registered with the io engine a piece at a time,
   // in the background (cache_registrar.h). Declared first, the arena goes
   // last if this fails: after the registrar has stopped and unregistered.
@@ -300,7 +317,7 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
       BuddyArena::Create(options.cache_bytes, [r = registrar.get()](const char* base, size_t len) {
         r->Enqueue(base, len);
       }));
-  auto impl = std::make_unique<Impl>(volume, options, std::move(registrar), std::move(arena));
+  auto impl = std::make_unique<Impl>(volume, opts, std::move(registrar), std::move(arena));
   // The kernel's reference to the root, never forgotten.
   KVFS_RETURN_IF_ERROR(impl->table_.GetLookedUp(kRootIno).status());
   return std::unique_ptr<FileSystem>(new FileSystem(std::move(impl)));
@@ -334,9 +351,9 @@ Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, u
                                                int flags, const Caller& c) {
   return Run(Call::kCreate, [&] { return impl_->Create(p, n, mode, flags, c); });
 }
-Result<uint64_t> FileSystem::Open(uint64_t ino, int flags, bool kill_suidgid) {
+Result<uint64_t> FileSystem::Open(uint64_t ino, int flags, KillPriv* kill) {
   return Run(Call::kOpen, OpenChanges(flags),
-             [&] { return impl_->Open(ino, flags, kill_suidgid); });
+             [&] { return impl_->Open(ino, flags, kill); });
 }
 void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
                       CancelFlag cancel) {
@@ -351,8 +368,8 @@ void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
 }
 void FileSystem::CancelReads(const CancelFlag& cancel) { impl_->sched_->Cancel(cancel); }
 Result<size_t> FileSystem::Write(uint64_t fh, uint64_t off, std::span<const char> data,
-                                 bool kill_suidgid) {
-  return Run(Call::kWrite, [&] { return impl_->Write(fh, off, data, kill_suidgid); });
+                                 KillPriv* kill) {
+  return Run(Call::kWrite, [&] { return impl_->Write(fh, off, data, kill); });
 }
 bool FileSystem::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
   return impl_->WriteMayWait(fh, off, len);

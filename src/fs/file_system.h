@@ -51,6 +51,7 @@
 #include "common/status.h"
 #include "fs/cache_stats.h"
 #include "fs/eviction.h"
+#include "fs/killpriv.h"
 #include "io/lane.h"
 #include "volume/volume.h"
 
@@ -94,6 +95,14 @@ struct SetAttrRequest {
   // (the kernel's FATTR_KILL_SUIDGID: truncate or chown by an unprivileged
   // caller).
   bool kill_suidgid = false;
+  // The caller, when it is not root (null for root). A mode it sets keeps
+  // S_ISGID only if it is in the file's group (the new one, with `gid`),
+  // as the kernel's chmod rule says. This also completes the kernel's own
+  // mode changes after an unprivileged write, truncate or fallocate: FUSE
+  // sends them computed with the rule that keeps S_ISGID without
+  // group-execute, not the group-membership rule a local filesystem
+  // applies (setattr_should_drop_sgid).
+  KillPriv* unprivileged = nullptr;
 };
 
 struct FsStats {
@@ -142,11 +151,16 @@ struct FileSystemOptions {
   unsigned atime_flush_ms = 30000;
   // Capacity watermarks and LRU eviction (fs/eviction.h); off by default.
   EvictionOptions eviction;
+  // A read-only mount (-o ro): the volume may be open read-only, every
+  // call that changes something fails with EROFS, atimes do not move and
+  // eviction is off, so nothing is ever written to the index or devices.
+  bool read_only = false;
 };
 
 class FileSystem {
  public:
-  // `volume` must be open read-write and outlive the FileSystem.
+  // `volume` must outlive the FileSystem, and be open read-write unless
+  // options.read_only (EROFS otherwise).
   static Result<std::unique_ptr<FileSystem>> Create(volume::Volume& volume,
                                                     const FileSystemOptions& options);
   // Writes out everything staged, commits it and syncs (as Shutdown()).
@@ -178,10 +192,11 @@ class FileSystem {
   // Lookup+Open for an existing one).
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                          const Caller& caller);
-  // O_TRUNC truncates to 0. EISDIR for a directory. `kill_suidgid` with
-  // O_TRUNC: the opener is unprivileged, so the truncate clears S_ISUID
-  // (and S_ISGID with group-execute), as on every Linux filesystem.
-  Result<uint64_t> Open(uint64_t ino, int flags, bool kill_suidgid = false);
+  // O_TRUNC truncates to 0. EISDIR for a directory. `kill` (non-null)
+  // with O_TRUNC: the opener is unprivileged, so the truncate clears
+  // S_ISUID and S_ISGID as fs/killpriv.h says, as on every Linux
+  // filesystem (kill->mode_changed tells whether it did).
+  Result<uint64_t> Open(uint64_t ino, int flags, KillPriv* kill = nullptr);
   // `data` is valid only during the callback; shorter than `size` at EOF.
   // Setting *cancel (the caller gave up: FUSE INTERRUPT) drops the parts of
   // the read not yet sent to the device; done then gets ECANCELED.
@@ -194,11 +209,12 @@ class FileSystem {
   void CancelReads(const CancelFlag& cancel);
   // Copies `data` into staging. Returns bytes accepted (all of them) or an
   // error (ENOSPC when the volume is full, EIO after a failed write-behind,
-  // EBADF for a read-only handle). `kill_suidgid`: the writer is
-  // unprivileged (no CAP_FSETID): the write clears S_ISUID, and S_ISGID if
-  // group-execute is set, as file_remove_privs() does on a local filesystem.
+  // EBADF for a read-only handle). `kill` (non-null): the writer is
+  // unprivileged (no CAP_FSETID): the write clears S_ISUID and S_ISGID as
+  // fs/killpriv.h says, as file_remove_privs() does on a local filesystem
+  // (kill->mode_changed tells whether it did).
   Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data,
-                       bool kill_suidgid = false);
+                       KillPriv* kill = nullptr);
   // True if Write(fh, off, len) may wait: for staging memory (every buffer
   // is staged or in flight) or for a device read (a partial overwrite of a
   // chunk that is on the device). A hint for callers that must not wait
@@ -213,9 +229,10 @@ class FileSystem {
   // mode 0 only (EOPNOTSUPP otherwise): extends the file to off+len.
   Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len);
 
-  // --- Directories. Offsets are positions in a listing taken at the
-  // OpenDir() (so they are stable while entries change); 0 is the start,
-  // "." and ".." come first.
+  // --- Directories. Offsets are positions in a listing taken when the
+  // handle is read from offset 0 (so they are stable while entries change;
+  // a read from 0 again, as after rewinddir, lists afresh); "." and ".."
+  // come first.
   Result<uint64_t> OpenDir(uint64_t ino);
   // Calls fn(name, ino, mode, next_off) from `off` until fn returns false.
   Status ReadDir(uint64_t dh, uint64_t off,
@@ -313,7 +330,8 @@ class FileSystem {
   // renamed over it would, with no temp name ever visible: write and search
   // permission on its directory, the sticky rule (EPERM), EISDIR if a
   // directory has the name. Space is reserved first (ENOSPC, the old file
-  // untouched). The new inode gets mode 0644, the caller's uid and gid. The
+  // untouched). The new inode gets mode 0644, the caller's uid and gid
+  // (the directory's group in a setgid directory). The
   // name switches to it after all its data writes completed, in a change
   // committed after a device flush, so a crash leaves the old file or the
   // whole new one; handles open on the old file keep reading it (as after

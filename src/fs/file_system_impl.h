@@ -120,6 +120,10 @@ class FileSystem::Impl {
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                 std::string_view new_name, unsigned flags);
   Result<uint64_t> OpenDir(uint64_t ino);
+  // Lists directory dh->ino into dh->items ("." and ".." first, then the
+  // names in order, uncommitted changes included; nothing for a removed
+  // directory). REQUIRES: dh->mu held.
+  Status ListDir(DirHandle* dh);
   Status ReadDir(uint64_t dh, uint64_t off,
                  const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn);
   void ReleaseDir(uint64_t dh) { handles_.ReleaseDir(dh); }
@@ -165,7 +169,7 @@ class FileSystem::Impl {
   // --- file_ops.cc
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                          const Caller& caller);
-  Result<uint64_t> Open(uint64_t ino, int flags, bool kill_suidgid);
+  Result<uint64_t> Open(uint64_t ino, int flags, KillPriv* kill);
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel);
   Status Flush(uint64_t fh);
   // Never takes ns_mu_ (it runs on the request receiver): an unlinked
@@ -176,7 +180,7 @@ class FileSystem::Impl {
   Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len);
 
   // --- write_behind.cc
-  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data, bool kill_suidgid);
+  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data, KillPriv* kill);
   bool WriteMayWait(uint64_t fh, uint64_t off, size_t len);
 
   // --- whole_file_ops.cc: the batch ioctl's calls (contracts in file_system.h)
@@ -254,6 +258,9 @@ class FileSystem::Impl {
   // A record for a new inode (number allocated; the caller's uid and gid;
   // link count 2 for a directory, else 1; times `now`).
   index::Inode NewRecord(uint32_t mode, const Caller& caller, int64_t now);
+  // A new inode's record in directory `parent` with S_ISGID takes the
+  // directory's group, and a directory's record S_ISGID. Takes parent.mu.
+  void InheritSetgid(InodeState& parent, index::Inode* rec);
   // REQUIRES: ns_mu_ held. The child of (parent, name), overlay first.
   Result<uint64_t> ResolveEntry(uint64_t parent, std::string_view name);
   // whole_file_ops.cc: resolves `path` under `dir` for `caller` (search
@@ -430,6 +437,13 @@ class FileSystem::Impl {
   // Last: stopped first (its work uses everything above).
   std::unique_ptr<Prefetcher> prefetcher_;
   bool shut_down_ = false;
+  // The generation of the inodes this mount makes (FUSE file handles are
+  // inode number + generation). Random per mount, not 0 or 1 (older
+  // records' 1): an inode number the index never committed (a crash came
+  // first) is allocated again by a later mount, and a file handle to the
+  // lost inode must not open the new one.
+  const uint32_t generation_ = RandomGeneration();
+  static uint32_t RandomGeneration();
 };
 
 }  // namespace kvfs::fs

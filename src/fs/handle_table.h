@@ -2,7 +2,7 @@
 //
 // A file handle holds a reference to its InodeState (the inode's open count
 // is kept by the InodeTable, not here) and the open flags; a directory
-// handle holds the listing taken at OpenDir. Handle numbers are non-zero,
+// handle holds the listing taken when it is read from offset 0. Handle numbers are non-zero,
 // never reused, and shared by both kinds.
 //
 // Thread safety: every method may be called from any thread.
@@ -36,7 +36,11 @@ struct DirHandle {
     uint64_t ino;
     uint32_t mode;
   };
-  std::vector<Item> items;  // snapshot taken at OpenDir
+  std::mutex mu;  // one ReadDir of the handle at a time
+  // Snapshot taken at the last ReadDir from offset 0 (rewinddir(3): POSIX
+  // wants entries made since opendir to show). GUARDED_BY(mu)
+  std::vector<Item> items;
+  bool listed = false;  // items holds a listing; GUARDED_BY(mu)
 };
 
 class HandleTable {
@@ -72,7 +76,7 @@ class HandleTable {
   }
   // The directory handle `dh`, or null. Stays valid until ReleaseDir(dh):
   // the kernel sends no READDIR of a handle after its RELEASEDIR.
-  const DirHandle* GetDir(uint64_t dh) const {
+  DirHandle* GetDir(uint64_t dh) const {
     std::lock_guard<std::mutex> l(mu_);
     auto it = dirs_.find(dh);
     return it == dirs_.end() ? nullptr : it->second.get();

@@ -42,10 +42,19 @@ Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
   {
     std::shared_lock<NamespaceLock> ns(ns_mu_);  // changes nothing ns_mu_ guards
     KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
-    if (!p->is_dir()) return Status::Error(ENOTDIR, "lookup");
     uint64_t ino;
     if (name == ".") {
+      // Only the kernel's export support asks (open_by_handle_at of an
+      // inode it no longer caches): the inode itself, of any type, while
+      // it has a name. A number is reused only after a crash lost the
+      // inode that had it, and then with another generation (generation_).
+      std::lock_guard<std::mutex> l(p->mu);
+      if (p->deleted || p->orphan || p->rec.nlink == 0) {
+        return Status::Error(ESTALE, "lookup of a removed inode by its number");
+      }
       ino = parent;
+    } else if (!p->is_dir()) {
+      return Status::Error(ENOTDIR, "lookup");
     } else if (name == "..") {
       std::lock_guard<std::mutex> l(p->mu);
       ino = p->rec.parent ? p->rec.parent : kRootIno;
@@ -108,7 +117,16 @@ Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) 
   if (req.mode) i->rec.mode = (i->rec.mode & S_IFMT) | (*req.mode & 07777);
   if (req.uid) i->rec.uid = *req.uid;
   if (req.gid) i->rec.gid = *req.gid;
-  if (req.kill_suidgid) i->rec.mode = KillSuidGid(i->rec.mode);
+  if (req.kill_suidgid) {
+    i->rec.mode = req.unprivileged ? KillSuidGidFor(i->rec.mode, i->rec.gid, *req.unprivileged)
+                                   : KillSuidGid(i->rec.mode);
+  }
+  if (req.mode && req.unprivileged && (i->rec.mode & S_ISGID) &&
+      !(req.unprivileged->in_group && req.unprivileged->in_group(i->rec.gid))) {
+    // setattr_prepare()'s rule for chmod by a caller outside the group,
+    // which the kernel skips for its own (ATTR_FORCE) mode changes.
+    i->rec.mode &= ~S_ISGID;
+  }
   if (req.atime_now) i->rec.atime_ns = now;
   else if (req.atime_ns) i->rec.atime_ns = *req.atime_ns;
   if (req.mtime_now) i->rec.mtime_ns = now;
@@ -138,8 +156,19 @@ index::Inode FileSystem::Impl::NewRecord(uint32_t mode, const Caller& caller, in
   rec.gid = caller.gid;
   rec.nlink = (mode & S_IFMT) == S_IFDIR ? 2 : 1;
   rec.atime_ns = rec.mtime_ns = rec.ctime_ns = now;
-  rec.generation = 1;
+  rec.generation = generation_;
   return rec;
+}
+
+void FileSystem::Impl::InheritSetgid(InodeState& parent, index::Inode* rec) {
+  std::lock_guard<std::mutex> l(parent.mu);
+  if (!(parent.rec.mode & S_ISGID)) return;
+  // A setgid directory: what is made in it takes its group, and a
+  // directory its setgid bit too (inode_init_owner(); the kernel has
+  // already taken S_ISGID off a new file's mode where the creator may not
+  // have it: mode_strip_sgid()).
+  rec->gid = parent.rec.gid;
+  if ((rec->mode & S_IFMT) == S_IFDIR) rec->mode |= S_ISGID;
 }
 
 Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view name,
@@ -153,6 +182,7 @@ Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view na
   const int64_t now = NowNs();
   index::Inode rec = NewRecord(mode, caller, now);
   if (is_dir) rec.parent = parent;
+  InheritSetgid(*p, &rec);
   InodeRef child = table_.Make(rec);
   {
     std::lock_guard<std::mutex> l(p->mu);
@@ -339,8 +369,21 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
 }
 
 Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
+  {
+    KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
+    if (!d->is_dir()) return Status::Error(ENOTDIR, "opendir");
+  }
+  // Listed at the first ReadDir: a listing shows the directory as it is
+  // when it is read from the start, also after a seek back to 0 that the
+  // kernel does not pass on (lseek(fd, 0) right after opendir, rewinddir).
   auto dh = std::make_unique<DirHandle>();
   dh->ino = ino;
+  return handles_.AddDir(std::move(dh));
+}
+
+Status FileSystem::Impl::ListDir(DirHandle* dh) {
+  const uint64_t ino = dh->ino;
+  std::vector<DirHandle::Item> items;
   {
     std::shared_lock<NamespaceLock> ns(ns_mu_);  // reads only
     KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
@@ -348,6 +391,12 @@ Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
     {
       std::lock_guard<std::mutex> l(d->mu);
       if (!d->is_dir()) return Status::Error(ENOTDIR, "opendir");
+      // Removed since it was opened: an empty listing, as on a local
+      // filesystem.
+      if (d->deleted) {
+        dh->items.clear();
+        return Status::OK();
+      }
       parent = d->rec.parent ? d->rec.parent : kRootIno;
       NoteUse(d, NowNs());  // the listing reads the directory
     }
@@ -357,27 +406,34 @@ Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
     for (auto it = lo; it != pending_entries_.end() && it->first.first == ino; ++it) {
       overlay.emplace(it->first.second, it->second.child);
     }
-    dh->items.push_back({".", ino, S_IFDIR});
-    dh->items.push_back({"..", parent, S_IFDIR});
+    items.push_back({".", ino, S_IFDIR});
+    items.push_back({"..", parent, S_IFDIR});
     KVFS_RETURN_IF_ERROR(volume_.index().ListEntries(
         ino, "", [&](std::string_view name, uint64_t child) {
-          if (overlay.find(name) == overlay.end()) dh->items.push_back({std::string(name), child, 0});
+          if (overlay.find(name) == overlay.end()) items.push_back({std::string(name), child, 0});
           return true;
         }));
     for (auto& [name, child] : overlay) {
-      if (child) dh->items.push_back({name, child, 0});
+      if (child) items.push_back({name, child, 0});
     }
-    std::sort(dh->items.begin() + 2, dh->items.end(),
+    std::sort(items.begin() + 2, items.end(),
               [](const DirHandle::Item& a, const DirHandle::Item& b) { return a.name < b.name; });
   }
-  return handles_.AddDir(std::move(dh));
+  dh->items = std::move(items);
+  return Status::OK();
 }
 
 Status FileSystem::Impl::ReadDir(
     uint64_t dh, uint64_t off,
     const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn) {
-  const DirHandle* d = handles_.GetDir(dh);
+  DirHandle* d = handles_.GetDir(dh);
   if (d == nullptr) return Status::Error(EBADF, "readdir");
+  std::lock_guard<std::mutex> l(d->mu);
+  // A listing that starts over (rewinddir, or a seek to 0) shows the
+  // directory as it is now; one resumed past 0 goes on in its snapshot, so
+  // that offsets stay stable while names change.
+  if (off == 0 || !d->listed) KVFS_RETURN_IF_ERROR(ListDir(d));
+  d->listed = true;
   for (uint64_t i = off; i < d->items.size(); ++i) {
     const auto& item = d->items[i];
     if (!fn(item.name, item.ino, item.mode, i + 1)) break;

@@ -259,6 +259,7 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
     } else {
       const int64_t now = NowNs();
       index::Inode rec = NewRecord(S_IFREG | 0644, ws->caller, now);
+      InheritSetgid(*p, &rec);
       rec.size = ws->size;
       InodeRef file = table_.Make(rec);
       for (uint64_t ci = 0; ci < ws->plan.size(); ++ci) {

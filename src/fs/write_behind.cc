@@ -229,7 +229,7 @@ bool FileSystem::Impl::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
 }
 
 Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<const char> data,
-                                       bool kill_suidgid) {
+                                       KillPriv* kill) {
   std::optional<Handle> found = handles_.Get(fh);
   if (!found) return Status::Error(EBADF, "write");
   const Handle& h = *found;
@@ -277,7 +277,7 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
   }
   i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
   // Committed with the data (the capture at close carries the mode).
-  if (kill_suidgid) i->rec.mode = KillSuidGid(i->rec.mode);
+  if (kill) i->rec.mode = KillSuidGidFor(i->rec.mode, i->rec.gid, *kill);
   return static_cast<size_t>(pos - off);
 }
 

@@ -207,6 +207,18 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   const Node* found = nullptr;
   if (IsControlName(parent, name)) {
     found = &kDir;
+  } else if (std::strcmp(name, ".") == 0) {
+    found = NodeOf(parent);  // export support: the inode of a file handle
+  } else if (std::strcmp(name, "..") == 0 && parent == kDirIno) {
+    // Export support reconnecting .kvfs: its parent is the root.
+    Result<fs::Attr> r = NoThrow([&] { return s.fs->Lookup(FUSE_ROOT_ID, "."); });
+    if (!r.ok()) {
+      ReplyStatus(req, r.status(), "lookup");
+      return;
+    }
+    fuse_entry_param e = EntryParam(*r, s.timeouts);
+    fuse_reply_entry(req, &e);
+    return;
   } else if (parent == kDirIno) {
     for (const Node& n : kFiles) {
       if (std::strcmp(n.name, name) == 0) found = &n;

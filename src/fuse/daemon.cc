@@ -111,6 +111,10 @@ void Init(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_ASYNC_DIO) conn->want |= FUSE_CAP_ASYNC_DIO;
   // open(O_TRUNC) arrives as one open with O_TRUNC, not open + setattr.
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  // File handles (name_to_handle_at, NFS): the kernel finds an inode it
+  // no longer caches by LOOKUP of "." in it, a directory's parent by "..";
+  // inode numbers and generations are the index's, stable across mounts.
+  if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
   // Chunk data bypasses the page cache (direct_io); never cache writes.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
   // Without HANDLE_KILLPRIV the kernel sends chown and truncate with the mode

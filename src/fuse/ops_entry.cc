@@ -124,6 +124,8 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   // The kernel's FATTR_KILL_SUIDGID (same bit): an unprivileged truncate,
   // or a chown, under FUSE_HANDLE_KILLPRIV_V2.
   q.kill_suidgid = (to_set & FUSE_SET_ATTR_KILL_SUID) != 0;
+  fs::KillPriv who;
+  q.unprivileged = UnprivilegedCaller(req, &who);
   if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
     q.atime_now = true;
   } else if (to_set & FUSE_SET_ATTR_ATIME) {

@@ -34,12 +34,13 @@ void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
   fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
 }
 
-// Whether a write or O_TRUNC open of `req` clears setuid/setgid. The
+// Whether a write or O_TRUNC open of `req` clears setuid/setgid: the
 // kernel asks for it (FUSE_WRITE_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) when
 // the caller lacks CAP_FSETID, but libfuse 3.14 passes neither flag to the
 // handlers (do_write keeps only FUSE_WRITE_CACHE, do_open only the open
-// flags); uid 0 stands for CAP_FSETID, as for a local filesystem's root.
-bool KillsSuidGid(fuse_req_t req) { return fuse_req_ctx(req)->uid != 0; }
+// flags); uid 0 stands for CAP_FSETID, as for a local filesystem's root
+// (UnprivilegedCaller). When kvfs cleared a bit, the kernel's cached mode
+// is stale: it is told (the write and open replies carry no attributes).
 
 }  // namespace
 
@@ -80,13 +81,15 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   SessionState& s = StateOf(req);
-  // An unprivileged O_TRUNC open clears setuid/setgid (KillsSuidGid).
-  const bool kill = KillsSuidGid(req);
+  // An unprivileged O_TRUNC open clears setuid/setgid.
+  fs::KillPriv who;
+  fs::KillPriv* kill = UnprivilegedCaller(req, &who);
   Result<uint64_t> r = NoThrow([&] { return s.fs->Open(ino, fi->flags, kill); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "open");
     return;
   }
+  if (who.mode_changed) InvalidateAttrs(req, ino);
   SetOpenFlags(fi, *r);
   if (fuse_reply_open(req, fi) == -ENOENT) {
     // Interrupted open(2): no release will come for this handle.
@@ -150,10 +153,13 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
   // runs a write that would wait on a worker (daemon.cc); one that started
   // to wait only after it was handed to the receiver goes ahead.
   if (!RequestLoop::OnReceiver()) s.read_priority.BeforeWrite(fuse_req_ctx(req)->pid);
+  fs::KillPriv who;
+  fs::KillPriv* kill = UnprivilegedCaller(req, &who);
   Result<size_t> r = NoThrow([&] {
     return s.fs->Write(fi->fh, static_cast<uint64_t>(off), std::span<const char>(buf, size),
-                       KillsSuidGid(req));
+                       kill);
   });
+  if (who.mode_changed) InvalidateAttrs(req, ino);
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "write");
     return;

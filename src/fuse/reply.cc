@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -111,6 +112,30 @@ fs::Caller CallerOf(fuse_req_t req, bool with_groups) {
     groups.resize(static_cast<size_t>(n));
   }
   return caller;
+}
+
+fs::KillPriv* UnprivilegedCaller(fuse_req_t req, fs::KillPriv* out) {
+  if (fuse_req_ctx(req)->uid == 0) return nullptr;
+  out->in_group = [req](uint32_t gid) noexcept {
+    if (fuse_req_ctx(req)->gid == gid) return true;
+    try {
+      const fs::Caller c = CallerOf(req, /*with_groups=*/true);
+      return std::find(c.groups.begin(), c.groups.end(), gid) != c.groups.end();
+    } catch (const std::bad_alloc&) {
+      return false;  // unknown: as outside the group (the bit goes, as it may)
+    }
+  };
+  return out;
+}
+
+void InvalidateAttrs(fuse_req_t req, fuse_ino_t ino) {
+  fuse_session* se = StateOf(req).session;
+  if (se == nullptr) return;
+  // Offset < 0: attributes only, no page cache (kvfs's data has none).
+  int rc = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+  if (rc != 0 && rc != -ENOENT) {
+    spdlog::warn("telling the kernel inode {}'s mode changed: {}", ino, std::strerror(-rc));
+  }
 }
 
 // --- PendingReplies

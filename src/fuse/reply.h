@@ -38,6 +38,16 @@ struct statvfs ToStatvfs(const fs::FsStats& s);
 // std::bad_alloc with `with_groups`.
 fs::Caller CallerOf(fuse_req_t req, bool with_groups = false);
 
+// The kill-priv rule's view of `req`'s caller (fs/killpriv.h), or null for
+// root (kvfs takes uid 0 for CAP_FSETID, as a local filesystem's root):
+// group membership is read from /proc only if the rule asks. `out` holds
+// it; valid while `req` is being served.
+fs::KillPriv* UnprivilegedCaller(fuse_req_t req, fs::KillPriv* out);
+
+// Tells the kernel that inode `ino`'s attributes it caches are stale (a
+// mode kvfs changed by itself); logs a failure other than "not cached".
+void InvalidateAttrs(fuse_req_t req, fuse_ino_t ino);
+
 // Runs f() and returns its Result/Status; std::bad_alloc becomes ENOMEM.
 // ("out of memory" fits std::string's small buffer: making it allocates
 // nothing.)

@@ -268,6 +268,15 @@ void UringTransport::StartQueues(uint32_t payload_bytes) {
                                                    options_.entries_per_queue, payload_bytes,
                                                    options_.spin));
     int err = queues_.back()->Start();
+    if (err == ENOTCONN || err == ECONNABORTED || err == ENODEV) {
+      // Unmounted (or the connection aborted) between the INIT reply and
+      // here: nothing is left to serve, and nothing failed. The request
+      // loop's next read of /dev/fuse sees the end (ENODEV) and the
+      // daemon ends as after any unmount.
+      spdlog::info("FUSE io_uring queue {}: the connection ended before it registered "
+                   "(unmounted)", q);
+      return;
+    }
     if (err != 0) {
       Fail("registering FUSE io_uring queue " + std::to_string(q) + ": " + std::strerror(err));
       return;

@@ -25,7 +25,11 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::vector<std::string>& dev
   std::map<uint32_t, std::pair<std::unique_ptr<device::BlockDevice>, device::Superblock>> by_index;
   for (const std::string& path : device_paths) {
     KVFS_ASSIGN_OR_RETURN(auto dev, device::BlockDevice::Open(path, options.read_only));
-    if (!options.read_only) KVFS_RETURN_IF_ERROR(dev->LockExclusive());
+    if (!options.read_only) {
+      KVFS_RETURN_IF_ERROR(dev->LockExclusive());
+    } else if (options.shared_lock) {
+      KVFS_RETURN_IF_ERROR(dev->LockShared());
+    }
     KVFS_ASSIGN_OR_RETURN(auto sb, dev->ReadSuperblock());
     if (by_index.count(sb.device_index)) {
       return Status::Error(EINVAL, path + ": same device index " +

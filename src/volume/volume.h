@@ -42,6 +42,10 @@ struct VolumeOptions {
   // Opens devices O_RDONLY, takes no lock, opens the index read-only and
   // reclaims nothing (fsck -n, also on a mounted volume).
   bool read_only = false;
+  // With read_only (a read-only mount): holds a shared lock on the devices
+  // while open, so that nothing opens the volume read-write meanwhile
+  // (EBUSY), and fails with EBUSY while something has it open read-write.
+  bool shared_lock = false;
   // Tests: interposes a wrapper (fault injection) between the volume's
   // users and the real engine. Gets the engine; returns what io() serves.
   std::function<std::unique_ptr<device::BlockIo>(device::BlockIo&)> wrap_io;
