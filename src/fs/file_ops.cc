@@ -126,18 +126,32 @@ void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {
   Enqueue(c);
 }
 
-Status FileSystem::Impl::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len) {
+Status FileSystem::Impl::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len,
+                                   KillPriv* kill) {
   if (mode != 0) return Status::Error(EOPNOTSUPP, "fallocate: only mode 0 is supported");
   if (len == 0) return Status::Error(EINVAL, "fallocate: zero length");
   std::optional<Handle> h = handles_.Get(fh);
   if (!h) return NoHandle("fallocate");
   if (!h->writable()) return Status::Error(EBADF, "fallocate on a read-only handle");
   std::unique_lock<std::mutex> l(h->inode->mu);
-  if (off + len > h->inode->rec.size) {
-    uint64_t grow = off + len - h->inode->rec.size;
-    if (grow > volume_.space().free_bytes) return Status::Error(ENOSPC, "fallocate");
-    h->inode->rec.size = off + len;
-    h->inode->rec.ctime_ns = NowNs();
+  InodeState& i = *h->inode;
+  const uint32_t mode_was = i.rec.mode;
+  bool grew = false;
+  // file_modified(): the kernel sent its own mode change first (a SETATTR)
+  // only when FUSE's rule (group-execute) drops something.
+  if (kill) i.rec.mode = KillSuidGidFor(i.rec.mode, i.rec.gid, *kill);
+  if (off + len > i.rec.size) {
+    uint64_t grow = off + len - i.rec.size;
+    if (grow > volume_.space().free_bytes) {
+      i.rec.mode = mode_was;
+      if (kill) kill->mode_changed = false;
+      return Status::Error(ENOSPC, "fallocate");
+    }
+    i.rec.size = off + len;
+    grew = true;
+  }
+  if (grew || i.rec.mode != mode_was) {
+    i.rec.ctime_ns = NowNs();
     l.unlock();
     EnqueueRecord(h->inode);
   }

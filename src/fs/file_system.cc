@@ -385,8 +385,8 @@ void FileSystem::Fsync(uint64_t fh, bool, std::function<void(Status)> done) {
     done(std::move(st));
   });
 }
-Status FileSystem::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len) {
-  return Run(Call::kFallocate, [&] { return impl_->Fallocate(fh, mode, off, len); });
+Status FileSystem::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len, KillPriv* kill) {
+  return Run(Call::kFallocate, [&] { return impl_->Fallocate(fh, mode, off, len, kill); });
 }
 Status FileSystem::SetXattr(uint64_t ino, std::string_view name, std::string_view value,
                             int flags, const Caller& caller) {

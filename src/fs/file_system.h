@@ -227,7 +227,9 @@ class FileSystem {
   void Release(uint64_t fh);
   void Fsync(uint64_t fh, bool datasync, std::function<void(Status)> done);
   // mode 0 only (EOPNOTSUPP otherwise): extends the file to off+len.
-  Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len);
+  // `kill` (non-null): the caller is unprivileged; S_ISUID and S_ISGID go
+  // as for Write (the kernel drops only what FUSE's own rule says first).
+  Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len, KillPriv* kill = nullptr);
 
   // --- Directories. Offsets are positions in a listing taken when the
   // handle is read from offset 0 (so they are stable while entries change;

@@ -177,7 +177,7 @@ class FileSystem::Impl {
   // unlink's queuing comes second (SettleOrphans).
   void Release(uint64_t fh);
   void Fsync(uint64_t fh, std::function<void(Status)> done);
-  Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len);
+  Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len, KillPriv* kill);
 
   // --- write_behind.cc
   Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data, KillPriv* kill);

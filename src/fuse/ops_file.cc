@@ -218,11 +218,14 @@ void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
     ReplyStatus(req, Status::Error(EINVAL, "fallocate: bad offset or length"), "fallocate");
     return;
   }
-  ReplyStatus(req, NoThrow([&] {
-                return s.fs->Fallocate(fi->fh, mode, static_cast<uint64_t>(offset),
-                                      static_cast<uint64_t>(length));
-              }),
-              "fallocate");
+  fs::KillPriv who;
+  fs::KillPriv* kill = UnprivilegedCaller(req, &who);
+  Status st = NoThrow([&] {
+    return s.fs->Fallocate(fi->fh, mode, static_cast<uint64_t>(offset),
+                           static_cast<uint64_t>(length), kill);
+  });
+  if (who.mode_changed) InvalidateAttrs(req, ino);
+  ReplyStatus(req, st, "fallocate");
 }
 
 }  // namespace kvfs::fuse::ops

@@ -190,6 +190,31 @@ TEST_F(FsTest, UnprivilegedTruncatingOpenDropsSetgidOutsideTheGroup) {
   EXPECT_EQ(fs_->GetAttr(ino)->mode & 07777, 0666u);
 }
 
+// A fallocate of 2666 by a caller outside the group: FUSE's rule drops
+// nothing, so no SETATTR comes first; kvfs applies the whole rule itself.
+TEST_F(FsTest, UnprivilegedFallocateDropsSetgidOutsideTheGroup) {
+  const uint64_t ino = Store(kRootIno, "f", "abc");
+  SetAttrRequest q;
+  q.mode = 02666;
+  q.gid = kGroup;
+  ASSERT_TRUE(fs_->SetAttr(ino, q, 0).ok());
+  auto fh = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok());
+  KillPriv member = InGroups({kGroup});
+  ASSERT_TRUE(fs_->Fallocate(*fh, 0, 0, 8192, &member).ok());
+  EXPECT_FALSE(member.mode_changed);
+  EXPECT_EQ(fs_->GetAttr(ino)->mode & 07777, 02666u);
+  KillPriv outside = InGroups({});
+  ASSERT_TRUE(fs_->Fallocate(*fh, 0, 0, 100, &outside).ok());  // no growth: still a change
+  EXPECT_TRUE(outside.mode_changed);
+  fs_->Release(*fh);
+  EXPECT_EQ(fs_->GetAttr(ino)->mode & 07777, 0666u);
+  EXPECT_EQ(fs_->GetAttr(ino)->size, 8192u);
+  ASSERT_TRUE(fs_->Sync().ok());
+  Remount();
+  EXPECT_EQ(fs_->GetAttr(ino)->mode & 07777, 0666u);
+}
+
 // The kernel's own mode change after a fallocate or truncate by another
 // user arrives as a SETATTR of the mode with S_ISGID kept (FUSE computes
 // it with the group-execute rule only); kvfs completes the rule.

@@ -192,7 +192,7 @@ def drop_rule_results(root):
     out = {}
     for mode in MODES:
         for name, step in STEPS.items():
-            for member in (False, True):
+            for member in (False, True) if mode & 0o020 else (False,):  # group may write
                 p = os.path.join(root, f"f{mode:o}")
                 with open(p, "wb") as f:
                     f.write(b"abc")
@@ -375,9 +375,10 @@ def test_quick_mount_unmount_cycles_end_with_status_0(workdir):
                 assert proc.poll() is None, f"cycle {cycle}: exited before mounting"
                 assert time.monotonic() < deadline, f"cycle {cycle}: no mount in 30 s"
                 time.sleep(0.0005)
-            # 0 to 60 ms after the mount appeared: before, during and after
-            # INIT and the io_uring queues' registration.
-            time.sleep(rng.choice([0, 0, 0.001, 0.005, 0.02, 0.05, 0.06]))
+            # 0 to 50 ms after the mount appeared: before, during and after
+            # INIT and the io_uring queues' registration (with io_uring, a
+            # fifth of the cycles unmount while the queues register).
+            time.sleep(rng.choice([0, 0, 0.0005, 0.001, 0.002, 0.005, 0.02, 0.05]))
             r = subprocess.run([FUSERMOUNT, "-u", mnt], capture_output=True, text=True)
             assert r.returncode == 0, r.stderr
             rc = proc.wait(timeout=60)
