@@ -27,6 +27,7 @@ EXPECTED = [
     ("sbindir", "kvfs", True),
     ("sbindir", "mkfs.kvfs", True),
     ("sbindir", "fsck.kvfs", True),
+    ("sbindir", "umount.fuse.kvfs", True),
     ("bindir", "kvfs-bench", True),
     ("mandir", "man8/kvfs.8", False),
     ("mandir", "man8/mkfs.kvfs.8", False),

@@ -397,16 +397,50 @@ def test_quick_mount_unmount_cycles_end_with_status_0(workdir):
 
 # --- a new mount right after an unmount
 
-def test_mount_right_after_unmount_waits_for_the_old_daemon(make_volume):
-    v = make_volume("a", size=512 * MiB)
-    # A slow device (40 MB/s) and much staged data: the old daemon writes
-    # for seconds after umount returned.
+UMOUNT_HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                             "umount.fuse.kvfs")
+
+
+def slow_volume_with_staged_data(make_volume, name):
+    """A mounted volume on a slow device (40 MB/s) with 96 MiB written but
+    not yet on it: its daemon writes for seconds after an unmount."""
+    v = make_volume(name, size=512 * MiB)
     v.mount.options = "shape=2000:40,dirty_mb=256"
     v.mount.start()
     data = os.urandom(1 * MiB)
     for k in range(96):
         with open(v.p(f"k{k}"), "wb") as f:
             f.write(data)
+    return v, data
+
+
+def test_umount_helper_returns_once_the_volume_is_free(make_volume):
+    v, data = slow_volume_with_staged_data(make_volume, "h")
+    old = v.mount.proc
+    t0 = time.monotonic()
+    r = subprocess.run([UMOUNT_HELPER, v.path], capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    # It waited for the write-out (over a second at 40 MB/s).
+    assert took > 0.5, took
+    assert mounted_fstype(v.path) is None
+    # The volume is free at once: a mount that does not wait gets it.
+    assert old.wait(timeout=10) == 0
+    if v.mount in conftest._live_mounts:
+        conftest._live_mounts.remove(v.mount)
+    v.mount.options = "busy_wait_s=0"
+    v.mount.start()
+    try:
+        assert "waiting up to" not in v.mount.read_log()
+        with open(v.p("k95"), "rb") as f:
+            assert f.read() == data
+    finally:
+        v.mount.stop()
+    # Without a mountpoint: a usage error.
+    assert subprocess.run([UMOUNT_HELPER], capture_output=True).returncode == 1
+
+def test_mount_right_after_unmount_waits_for_the_old_daemon(make_volume):
+    v, data = slow_volume_with_staged_data(make_volume, "a")
     old = v.mount.proc
     r = subprocess.run([FUSERMOUNT, "-u", v.path], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
