@@ -191,7 +191,7 @@ Status FileSystem::Impl::WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemo
     if (got < 0) return Status::Error(errno, "reading file memory");
     if (got == 0) break;  // cut shorter meanwhile: a later write-out follows
     KVFS_RETURN_IF_ERROR(
-        Write(fh, off, std::span<const char>(buf.get(), static_cast<size_t>(got)), false)
+        Write(fh, off, std::span<const char>(buf.get(), static_cast<size_t>(got)), nullptr)
             .status());
     off += static_cast<uint64_t>(got);
   }
