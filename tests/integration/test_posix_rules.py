@@ -120,6 +120,8 @@ def test_setgid_directory_inheritance_matches_ext4(vol, ext4_dir):
     again = {n: (oct(os.stat(os.path.join(d, n)).st_mode & 0o7777),
                  os.stat(os.path.join(d, n)).st_gid) for n in want}
     assert again == want
+    vol.mount.stop()
+    fsck_clean(vol.image)
 
 
 # --- rewinddir (generic/471)
@@ -222,6 +224,8 @@ def test_setgid_drop_rule_and_cached_mode_match_ext4(vol, ext4_dir):
     assert want[("0o6666", "pwrite", False)] == ("0o666", "0o666")
     assert want[("0o6766", "fallocate", False)] == ("0o766", "0o766")
     assert want[("0o6666", "pwrite", True)] == ("0o2666", "0o2666")
+    vol.mount.stop()
+    fsck_clean(vol.image)
 
 
 def test_cleared_setuid_shows_without_dropping_caches(vol):
@@ -304,6 +308,8 @@ def test_file_handles_open_after_drop_caches_and_remount(vol):
     with pytest.raises(OSError) as e:
         open_by_handle(vol.path, handles["gone"])
     assert e.value.errno == errno.ESTALE
+    vol.mount.stop()
+    fsck_clean(vol.image)
 
 
 # --- read-only mounts (generic/003)
@@ -355,6 +361,8 @@ def test_read_only_mount_writes_nothing(vol, workdir):
     vol.mount.start()
     after = os.stat(vol.p("d", "f"))
     assert after.st_atime_ns == before.st_atime_ns
+    vol.mount.stop()
+    fsck_clean(vol.image)
 
 
 # --- unmount at any moment ends the daemon with status 0
