@@ -36,13 +36,14 @@ void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
   fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
 }
 
-// Whether a write or O_TRUNC open of `req` clears setuid/setgid: the
-// kernel asks for it (FUSE_WRITE_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) when
-// the caller lacks CAP_FSETID, but libfuse 3.14 passes neither flag to the
-// handlers (do_write keeps only FUSE_WRITE_CACHE, do_open only the open
-// flags); uid 0 stands for CAP_FSETID, as for a local filesystem's root
+// Setuid/setgid on a write, O_TRUNC open or fallocate: fs/ clears them
+// for an unprivileged caller (fs/killpriv.h). The kernel asks for it
+// (FUSE_WRITE_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) when the caller lacks
+// CAP_FSETID, but libfuse 3.14 passes neither flag to the handlers
+// (do_write keeps only FUSE_WRITE_CACHE, do_open only the open flags); uid
+// 0 stands for CAP_FSETID, as for a local filesystem's root
 // (UnprivilegedCaller). When kvfs cleared a bit, the kernel's cached mode
-// is stale: it is told (the write and open replies carry no attributes).
+// is stale: it is told (these replies carry no attributes).
 
 // Opens the kernel may serve from the file's memory (fuse/passthrough.h):
 // a read-only open of a cached file, or any open of a file already served
