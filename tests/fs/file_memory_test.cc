@@ -28,7 +28,7 @@ class FileMemoryTest : public FsTest {
   FileSystem::Opened OpenServed(uint64_t ino, int flags, bool can_serve = true) {
     std::promise<Result<FileSystem::Opened>> p;
     fs_->OpenServed(
-        ino, flags, false, [can_serve](FileMemory&) { return can_serve; },
+        ino, flags, nullptr, [can_serve](FileMemory&) { return can_serve; },
         [&](Result<FileSystem::Opened> r) { p.set_value(std::move(r)); });
     Result<FileSystem::Opened> r = p.get_future().get();
     EXPECT_TRUE(r.ok()) << r.status().ToString();
