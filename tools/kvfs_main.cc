@@ -21,6 +21,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -449,9 +450,10 @@ void RaiseOpenFileLimit() {
   spdlog::debug("open file limit raised from {} to {}", was, r.rlim_cur);
 }
 
-// Whether a kvfs mount of `first_device` is in this mount namespace (what
-// fsname= shows: the first device's path, see main()).
-bool MountedHere(const std::string& first_device) {
+// Whether a kvfs mount of one of `devices` is in this mount namespace
+// (its fsname= is the first device of its command line, see main(), which
+// may list the devices in another order).
+bool MountedHere(const std::vector<std::string>& devices) {
   FILE* f = std::fopen("/proc/self/mountinfo", "re");
   if (f == nullptr) return false;
   char* line = nullptr;
@@ -463,7 +465,8 @@ bool MountedHere(const std::string& first_device) {
     if (sep == nullptr) continue;
     char type[256], source[PATH_MAX];
     if (std::sscanf(sep + 3, "%255s %4095s", type, source) != 2) continue;
-    found = std::strcmp(type, "fuse.kvfs") == 0 && first_device == source;
+    found = std::strcmp(type, "fuse.kvfs") == 0 &&
+            std::find(devices.begin(), devices.end(), source) != devices.end();
   }
   std::free(line);
   std::fclose(f);
@@ -488,7 +491,7 @@ kvfs::Result<std::unique_ptr<kvfs::volume::Volume>> OpenVolume(
       return v;
     }
     if (v.status().code() != EBUSY || std::chrono::steady_clock::now() >= deadline ||
-        MountedHere(devices[0])) {
+        MountedHere(devices)) {
       return v;
     }
     if (!waited) {
