@@ -69,6 +69,8 @@ inline bool IsControlName(fuse_ino_t parent, const char* name) {
 // IsControlName). Each replies exactly once.
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
 void GetAttr(fuse_req_t req, fuse_ino_t ino);
+// access(2): the nodes' modes, as the kernel's own check saw them.
+void Access(fuse_req_t req, fuse_ino_t ino, int mask);
 // Only size changes are accepted (and ignored: `echo 1 > f` truncates);
 // anything else is EPERM.
 void SetAttr(fuse_req_t req, fuse_ino_t ino, int to_set);
