@@ -212,7 +212,7 @@ Status Evict(fs::FileSystem& fs, std::string_view text) {
 
 }  // namespace
 
-void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name, bool cacheable) {
   SessionState& s = StateOf(req);
   const Node* found = nullptr;
   if (IsControlName(parent, name)) {
@@ -232,7 +232,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   e.generation = 1;
   e.attr = StatOf(*found);
   e.attr_timeout = s.timeouts.attr_s;
-  e.entry_timeout = s.timeouts.entry_s;
+  e.entry_timeout = cacheable ? s.timeouts.entry_s : 0;
   fuse_reply_entry(req, &e);
 }
 

@@ -65,14 +65,15 @@ int64_t ToNs(const timespec& ts) {
 }  // namespace
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  // Search permission on `parent` first, as the kernel's walk checks it.
+  bool cacheable;
+  if (Denied(req, perm::MayLookup(req, parent, &cacheable), "lookup")) return;
   // The control directory shadows anything in the index of that name.
   if (control::Owns(parent) || control::IsControlName(parent, name)) {
-    control::Lookup(req, parent, name);
+    control::Lookup(req, parent, name, cacheable);
     return;
   }
   SessionState& s = StateOf(req);
-  bool cacheable;
-  if (Denied(req, perm::MayLookup(req, parent, &cacheable), "lookup")) return;
   Result<fs::Attr> r = NoThrow([&] { return s.fs->Lookup(parent, name); });
   if (r.ok()) {
     fuse_entry_param e = EntryIn(*r, s.timeouts, cacheable);
