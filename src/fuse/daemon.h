@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "fs/file_system.h"
 #include "fuse/evict_notifier.h"
+#include "fuse/passthrough.h"
 #include "fuse/session_state.h"
 #include "fuse/uring_transport.h"
 
@@ -53,6 +54,8 @@ struct MountOptions {
   // Leave permission checks to the kernel (default_permissions) even where
   // kvfs could make them (fuse/permissions.h); always so before Linux 6.16.
   bool kernel_permissions = false;
+  // Loads served by the kernel from file memory (fuse/passthrough.h).
+  PassthroughMode passthrough = PassthroughMode::kAuto;
 };
 
 // The largest read and write request the kernel sends (FUSE's own limit is
@@ -91,6 +94,7 @@ class Mount {
   std::unique_ptr<SessionState> state_;
   MountOptions options_;
   std::unique_ptr<UringTransport> uring_;  // outlives the session's fd
+  std::unique_ptr<Passthrough> passthrough_;
   std::shared_ptr<EvictNotifier> notifier_;  // stopped before the session goes
   fuse_session* se_ = nullptr;
   bool mounted_ = false;
