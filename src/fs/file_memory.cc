@@ -60,6 +60,7 @@ void FileMemory::Finish(bool ok) {
   if (ok && version_.size < mapped_ && ftruncate(fd_, static_cast<off_t>(version_.size)) != 0) {
     ok = false;
   }
+  if (!ok) (void)ftruncate(fd_, 0);  // nothing will read it: its pages go back
   std::vector<std::function<void(bool)>> waiters;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -105,7 +106,10 @@ bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& 
       --it;
       auto s = slots_.find(*it);
       const FileMemory& v = *s->second.memory;
-      if (v.opens.load() > 0 || v.state() == FileMemory::State::kLoading) continue;
+      if (v.opens.load() > 0 || v.pending.load() > 0 ||
+          v.state() == FileMemory::State::kLoading) {
+        continue;
+      }
       // A speculative load is not pushed out by another speculative load
       // before it was used (the loop would undo its own prefetch).
       if (prefetch && v.unused_prefetch.load()) continue;
@@ -119,7 +123,10 @@ bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& 
       slots_.emplace(owner, Slot{m, lru_.begin()});
       bytes_ += m->bytes();
       m->unused_prefetch.store(prefetch);
-      if (prefetch) unused_prefetch_bytes_.fetch_add(m->bytes(), std::memory_order_relaxed);
+      if (prefetch) {
+        unused_prefetch_bytes_.fetch_add(m->bytes(), std::memory_order_relaxed);
+        prefetched_.fetch_add(m->bytes(), std::memory_order_relaxed);
+      }
       loads_.fetch_add(1, std::memory_order_relaxed);
       load_bytes_.fetch_add(m->version().size, std::memory_order_relaxed);
       ok = true;
@@ -135,6 +142,7 @@ void FileMemoryCache::EraseLocked(std::unordered_map<uint64_t, Slot>::iterator i
   FileMemory& m = *it->second.memory;
   if (m.unused_prefetch.exchange(false)) {
     unused_prefetch_bytes_.fetch_sub(m.bytes(), std::memory_order_relaxed);
+    wasted_.fetch_add(m.bytes(), std::memory_order_relaxed);
   }
   bytes_ -= m.bytes();
   lru_.erase(it->second.lru);
@@ -148,7 +156,7 @@ void FileMemoryCache::Erase(uint64_t owner, const FileMemory* m) {
   auto it = slots_.find(owner);
   if (it == slots_.end()) return;
   if (m != nullptr && it->second.memory.get() != m) return;
-  if (it->second.memory->opens.load() > 0) return;
+  if (it->second.memory->opens.load() > 0 || it->second.memory->pending.load() > 0) return;
   EraseLocked(it, &gone);
 }
 
@@ -163,9 +171,12 @@ void FileMemoryCache::Clear() {
 }
 
 void FileMemoryCache::MarkUsed(FileMemory& m) {
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  if (!m.unused_prefetch.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> l(mu_);  // orders with EraseLocked's exchange
   if (m.unused_prefetch.exchange(false)) {
     unused_prefetch_bytes_.fetch_sub(m.bytes(), std::memory_order_relaxed);
+    prefetch_used_.fetch_add(m.bytes(), std::memory_order_relaxed);
   }
 }
 
@@ -183,6 +194,10 @@ FileMemoryCounters FileMemoryCache::counters() const {
   c.no_room = no_room_.load(std::memory_order_relaxed);
   c.unused_prefetch_bytes = unused_prefetch_bytes();
   c.served_opens = served_opens_.load(std::memory_order_relaxed);
+  c.hits = hits_.load(std::memory_order_relaxed);
+  c.prefetched_bytes = prefetched_.load(std::memory_order_relaxed);
+  c.prefetch_used_bytes = prefetch_used_.load(std::memory_order_relaxed);
+  c.prefetch_wasted_bytes = wasted_.load(std::memory_order_relaxed);
   c.served_bytes = served_bytes_.load(std::memory_order_relaxed);
   return c;
 }
