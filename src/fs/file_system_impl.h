@@ -115,6 +115,8 @@ class FileSystem::Impl {
   Attr AttrAndPrefetch(const InodeRef& inode, bool only_idle);
   void Forget(uint64_t ino, uint64_t nlookup) { table_.Forget(ino, nlookup); }
   Result<Attr> GetAttr(uint64_t ino);
+  Result<Attr> PeekAttr(uint64_t ino);
+  Result<Attr> PeekEntry(uint64_t parent, std::string_view name);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
   Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
   Status RmDir(uint64_t parent, std::string_view name);
@@ -369,8 +371,9 @@ class FileSystem::Impl {
   uint64_t SpeculativeBytes() const {
     return cache_->unused_prefetch_bytes() + (memory_ ? memory_->unused_prefetch_bytes() : 0);
   }
-  // Whether `i` may be loaded into file memory: a regular file with bytes,
-  // no larger than prefetch_file_max_bytes, with a version to hold.
+  // Whether `i` may be loaded into file memory: a regular file of at least
+  // kMinFileMemoryBytes and at most prefetch_file_max_bytes, with a
+  // version to hold.
   // REQUIRES: i->mu held.
   bool MemoryEligible(const InodeRef& i);
   // Starts loading `i` into a new file memory: its device reads are
@@ -415,6 +418,10 @@ class FileSystem::Impl {
   static constexpr size_t kRetainedReadahead =
       2 * ReadaheadDetector::kStreams * ReadaheadDetector::kFiles;
 
+  // Smaller files stay in the chunk cache: making a file's memory costs a
+  // few system calls, which a stat storm over tiny files (prefetching each)
+  // would pay per name, for a load that saves one request.
+  static constexpr uint64_t kMinFileMemoryBytes = 64 << 10;
   // ~200,000 entries of 120-byte names: a connector's working set of keys
   // and the directories they sit in.
   static constexpr size_t kEntryCacheBytes = 48ull << 20;

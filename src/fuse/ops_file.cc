@@ -20,6 +20,7 @@
 #include "fuse/control.h"
 #include "fuse/passthrough.h"
 #include "fuse/ops.h"
+#include "fuse/permissions.h"
 #include "fuse/reply.h"
 #include "fuse/request_loop.h"
 
@@ -104,6 +105,12 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     return;
   }
   SessionState& s = StateOf(req);
+  bool cacheable;
+  Status may = perm::MayCreate(req, parent, &cacheable);
+  if (!may.ok()) {
+    ReplyStatus(req, may, "create");
+    return;
+  }
   fs::Caller caller = CallerOf(req);
   Result<fs::FileSystem::Created> r =
       NoThrow([&] { return s.fs->Create(parent, name, mode, fi->flags, caller); });
@@ -113,6 +120,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   }
   SetOpenFlags(fi, r->fh);
   fuse_entry_param e = EntryParam(r->attr, s.timeouts);
+  if (!cacheable) e.entry_timeout = 0;  // fuse/permissions.h
   if (fuse_reply_create(req, &e, fi) == -ENOENT) {
     // The open(2) was interrupted: the kernel will never use or release this
     // handle, nor count the lookup reference. The file itself stays created.
@@ -130,6 +138,11 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   SessionState& s = StateOf(req);
+  Status may = perm::MayOpen(req, ino, fi->flags);
+  if (!may.ok()) {
+    ReplyStatus(req, may, "open");
+    return;
+  }
   if (s.passthrough != nullptr && s.passthrough->active()) {
     OpenServed(req, ino, fi->flags);
     return;
