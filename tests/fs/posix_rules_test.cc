@@ -311,6 +311,16 @@ class ReadOnlyFsTest : public FsTest {
   bool read_only_ = false;
 };
 
+TEST_F(ReadOnlyFsTest, ReadOnlyOpenIsRefusedWhileTheVolumeIsOpenReadWrite) {
+  volume::VolumeOptions ro = FsTest::VolumeOpts();
+  ro.read_only = true;
+  ro.shared_lock = true;
+  EXPECT_EQ(volume::Volume::Open({img_}, ro).status().code(), EBUSY);
+  // fsck -n's read-only open takes no lock and still works.
+  ro.shared_lock = false;
+  EXPECT_TRUE(volume::Volume::Open({img_}, ro).ok());
+}
+
 TEST_F(ReadOnlyFsTest, ReadOnlyMountReadsAndChangesNothing) {
   const uint64_t f = Store(kRootIno, "f", "hello");
   auto d = fs_->MkDir(kRootIno, "d", 0755, Caller{});
