@@ -1,5 +1,6 @@
 // Names and attributes: lookup, forget, getattr, setattr, mkdir, mknod,
-// rmdir, unlink, rename; link and symlink are refused.
+// rmdir, unlink, rename, link (only the one that names an O_TMPFILE file);
+// symlink is refused.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -205,9 +206,26 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
               "rename");
 }
 
-void Link(fuse_req_t req, fuse_ino_t /*ino*/, fuse_ino_t /*newparent*/, const char* /*newname*/) {
-  // EPERM is link(2)'s "the filesystem does not support hard links".
-  ReplyStatus(req, Status::Error(EPERM, "link: hard links are not supported"), "link");
+void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  // Only the link that names an O_TMPFILE file; fs/ refuses any other with
+  // EPERM, link(2)'s "the filesystem does not support hard links".
+  if (control::Owns(ino)) {
+    ReplyStatus(req, Status::Error(EPERM, "link: hard links are not supported"), "link");
+    return;
+  }
+  if (RefusedForControl(req, newparent, newname, EEXIST, "link")) return;
+  SessionState& s = StateOf(req);
+  Result<fs::Attr> r = NoThrow([&] { return s.fs->Link(ino, newparent, newname); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "link");
+    return;
+  }
+  fuse_entry_param e = EntryParam(*r, s.timeouts);
+  if (fuse_reply_entry(req, &e) == -ENOENT) {
+    // Interrupted: the kernel does not count the lookup (the name stays).
+    Status st = NoThrowVoid([&] { s.fs->Forget(ino, 1); });
+    if (!st.ok()) spdlog::error("link: undoing an interrupted link's lookup: {}", st.ToString());
+  }
 }
 
 void Symlink(fuse_req_t req, const char* /*link*/, fuse_ino_t /*parent*/, const char* /*name*/) {
