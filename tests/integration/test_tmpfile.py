@@ -8,6 +8,7 @@ both (KVFS_TRANSPORT=dev and uring)."""
 import ctypes
 import errno
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -39,11 +40,14 @@ def write_all(fd, data):
         view = view[n:]
 
 
-def publish(directory, name, data, how="proc"):
+def publish(directory, name, data, how="proc", dirfd=None):
     """llm-d's store of one key: an unnamed file in `directory`, its bytes,
-    then the link that names it (through /proc/self/fd, or AT_EMPTY_PATH)."""
+    then the link that names it (through /proc/self/fd, or AT_EMPTY_PATH)
+    relative to a descriptor of `directory` (`dirfd`, or one opened here)."""
     fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o644)
-    dirfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    own = dirfd is None
+    if own:
+        dirfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         write_all(fd, data)
         if how == "proc":
@@ -51,7 +55,8 @@ def publish(directory, name, data, how="proc"):
         else:
             linkat(fd, "", dirfd, name, AT_EMPTY_PATH)
     finally:
-        os.close(dirfd)
+        if own:
+            os.close(dirfd)
         os.close(fd)
 
 
@@ -207,13 +212,31 @@ def test_kill_9_between_write_and_link_leaves_no_name_and_fsck_clean(vol):
 
 
 def test_requests_per_publish(vol):
-    """The FUSE requests one llm-d publish costs, against the temp file +
-    rename fallback (test_request_counts.py)."""
-    os.mkdir(vol.p("d"))
-    os.listdir(vol.p("d"))  # the directory's attributes cached
-    for size, pieces in ((256 << 10, 1), (4 * MiB, 4)):
-        data = os.urandom(size)
-        got = measured(vol, lambda: publish(vol.p("d"), f"key{size}", data))
-        assert got == {"tmpfile": 1, "write": pieces, "lookup": 1, "link": 1, "flush": 1,
-                       "release": 1, "getattr": 1}, got
-        assert read(vol.p("d", f"key{size}")) == data
+    """The FUSE requests one llm-d publish costs: open(O_TMPFILE) is tmpfile
+    and a getattr of the directory (the create changed it); one write per
+    MiB; linkat is a lookup of the new name and link; close is flush and
+    release. 6 + one per MiB, against 8 + one per MiB for the temp file +
+    rename fallback (test_request_counts.py, without its stat). A directory
+    descriptor opened per key adds opendir and releasedir."""
+    d = vol.p("d")
+    os.mkdir(d)
+    os.listdir(d)  # the directory's attributes cached
+    dirfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for size, pieces in ((256 << 10, 1), (4 * MiB, 4)):
+            for how in ("proc", "empty_path"):
+                # Page-aligned, as llm-d's pinned staging buffers are: one
+                # write request per MiB (test_request_counts.py).
+                data = mmap.mmap(-1, size)
+                data.write(os.urandom(size))
+                name = f"key{size}{how}"
+                got = measured(vol, lambda: publish(d, name, data, how, dirfd))
+                assert got == {"tmpfile": 1, "getattr": 1, "write": pieces, "lookup": 1,
+                               "link": 1, "flush": 1, "release": 1}, (size, how, got)
+                assert read(os.path.join(d, name)) == data[:]
+        data = os.urandom(256 << 10)
+        got = measured(vol, lambda: publish(d, "own-dirfd", data))
+        assert got == {"tmpfile": 1, "getattr": 1, "write": 1, "lookup": 1, "link": 1,
+                       "flush": 1, "release": 1, "opendir": 1, "releasedir": 1}, got
+    finally:
+        os.close(dirfd)
