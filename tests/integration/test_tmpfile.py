@@ -140,6 +140,10 @@ def test_other_links_are_refused_as_before(vol):
         assert e.value.errno == errno.EEXIST
     finally:
         os.close(fd)
+    # No unnamed file in the control directory.
+    with pytest.raises(OSError) as e:
+        os.open(vol.p(".kvfs"), os.O_TMPFILE | os.O_WRONLY, 0o644)
+    assert e.value.errno == errno.EPERM
     assert sorted(os.listdir(vol.path)) == ["first", "named"]
     assert read(vol.p("named")) == b"x" and read(vol.p("first")) == b"once"
 
