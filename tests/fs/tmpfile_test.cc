@@ -3,6 +3,7 @@
 // a key unnamed and link it to its final name (llm-d's filesystem backend).
 #include <fcntl.h>
 
+#include <thread>
 #include <vector>
 
 #include "common/format.h"
@@ -89,7 +90,7 @@ TEST_F(TmpfileTest, UnnamedFileClosedWithoutLinkIsDeletedAndItsSpaceFreed) {
   EXPECT_EQ(vol_->index().GetInode(c->attr.ino).status().code(), ENOENT);
   EXPECT_TRUE(Orphans(*vol_).empty());
   // Its number can no longer be linked (the kernel never asks: no fd left).
-  EXPECT_NE(fs_->Link(c->attr.ino, kRootIno, "late").status().code(), 0);
+  EXPECT_EQ(fs_->Link(c->attr.ino, kRootIno, "late").status().code(), ENOENT);
   EXPECT_EQ(fs_->Lookup(kRootIno, "late").status().code(), ENOENT);
   Remount();
   EXPECT_EQ(vol_->reclaimed_orphans(), 0u);
@@ -153,6 +154,46 @@ TEST_F(TmpfileTest, UnnamedFileInANonDirectoryOrRemovedDirectoryIsRefused) {
   ASSERT_TRUE(fs_->RmDir(kRootIno, "d").ok());
   EXPECT_EQ(fs_->CreateUnnamed(d->ino, 0644, O_WRONLY | O_TMPFILE, Caller{}).status().code(),
             ENOENT);
+}
+
+// The last close racing the link (another thread closes the descriptor
+// while linkat runs): either the link comes first and the file keeps its
+// name and data, or the close does and the link fails with ENOENT, leaving
+// nothing. Never a name on a deleted file, never an orphan left behind.
+TEST_F(TmpfileTest, LastCloseRacingTheLinkLeavesANamedFileOrNothing) {
+  const std::string data = Pattern(64 << 10, 5);
+  int linked = 0, refused = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto c = fs_->CreateUnnamed(kRootIno, 0644, O_WRONLY | O_TMPFILE, Caller{});
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(fs_->Write(c->fh, 0, data).ok());
+    const std::string name = "k" + std::to_string(i);
+    Status st;
+    std::thread linker([&] { st = fs_->Link(c->attr.ino, kRootIno, name).status(); });
+    fs_->Release(c->fh);
+    linker.join();
+    if (st.ok()) {
+      ++linked;
+      EXPECT_EQ(*Load(kRootIno, name), data) << name;
+    } else {
+      ++refused;
+      EXPECT_EQ(st.code(), ENOENT) << st.ToString();
+      EXPECT_EQ(fs_->Lookup(kRootIno, name).status().code(), ENOENT);
+    }
+  }
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_TRUE(Orphans(*vol_).empty());
+  EXPECT_EQ(vol_->index().GetInode(kRootIno)->size, static_cast<uint64_t>(linked));
+  Remount();
+  EXPECT_EQ(vol_->reclaimed_orphans(), 0u);
+  for (int i = 0; i < 200; ++i) {
+    auto r = Load(kRootIno, "k" + std::to_string(i));
+    if (r.ok()) {
+      EXPECT_EQ(*r, data);
+    }
+  }
+  RecordProperty("linked", linked);
+  RecordProperty("refused", refused);
 }
 
 // A crash before the link: the unnamed file is an orphan in the index, and
