@@ -75,6 +75,10 @@ constexpr const char* kUsage =
     "                        Linux 6.14+, enable_uring=Y; else the mount fails),\n"
     "                        dev (/dev/fuse) or auto (uring where the kernel\n"
     "                        offers it, else dev) (auto)\n"
+    "  passthrough=M         auto: loads of cached files are served by the kernel\n"
+    "                        from kvfs's per-file memory (FUSE passthrough, Linux\n"
+    "                        6.9+, root), else through the daemon; off: always\n"
+    "                        through the daemon (auto)\n"
     "  uring_entries=N       io_uring transport: requests in flight per CPU (16)\n"
     "  max_request_mb=N      io_uring transport: largest FUSE read or write, MiB,\n"
     "                        1 to 16; above 1 the kernel's fs.fuse.max_pages_limit\n"
@@ -127,6 +131,7 @@ struct Config {
   unsigned max_threads = 64;
   unsigned spin_us = 50;
   char* transport = nullptr;
+  char* passthrough = nullptr;
   unsigned uring_entries = 16;
   unsigned max_request_mb = 1;
   // In-flight commands per lane (0: default), io::Lane order.
@@ -152,7 +157,7 @@ struct Config {
 // The strings fuse_opt_parse allocated into `cfg`.
 void FreeStrings(Config& cfg) {
   for (char* p : {cfg.index, cfg.log_level, cfg.prefetch, cfg.verify, cfg.fault_eio, cfg.transport,
-                 cfg.shape_spec, cfg.evict, cfg.evict_scope}) {
+                 cfg.passthrough, cfg.shape_spec, cfg.evict, cfg.evict_scope}) {
     std::free(p);
   }
 }
@@ -180,6 +185,7 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("max_threads=%u", max_threads),
     KVFS_OPT("spin_us=%u", spin_us),
     KVFS_OPT("transport=%s", transport),
+    KVFS_OPT("passthrough=%s", passthrough),
     KVFS_OPT("uring_entries=%u", uring_entries),
     KVFS_OPT("max_request_mb=%u", max_request_mb),
     KVFS_OPT("lane_meta=%u", lane_meta),
@@ -571,6 +577,13 @@ int main(int argc, char** argv) {
   mopt.uring_entries = cfg.uring_entries;
   if (cfg.max_request_mb == 0 || cfg.max_request_mb > 16) Fail("max_request_mb must be 1 to 16");
   mopt.max_request = cfg.max_request_mb << 20;
+  if (cfg.passthrough != nullptr &&
+      !kvfs::fuse::ParsePassthroughMode(cfg.passthrough, &mopt.passthrough)) {
+    Fail(std::string("passthrough=") + cfg.passthrough + ": not one of auto, off");
+  }
+  // Per-file memory is what the kernel serves from; where it cannot
+  // (passthrough=off, not root) the cache stays in chunks, as it always was.
+  fsopt.file_memory = kvfs::fuse::Passthrough(mopt.passthrough).may_activate();
   auto mount = kvfs::fuse::Mount::Create(mopt, &args);
   if (!mount.ok()) Fail(mount.status().ToString());
 

@@ -7,6 +7,7 @@
 
 #include "common/format.h"
 #include "fs/chunk_cache.h"
+#include "fs/file_memory.h"
 #include "fs/countdown.h"
 #include "fs/file_system_impl.h"
 
@@ -71,10 +72,141 @@ void FileSystem::Impl::PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>
   entries->clear();
 }
 
+// ------------------------------------------------------------ file memory
+
+std::optional<MemoryVersion> FileSystem::Impl::CurrentMemoryVersion(const InodeState& i) {
+  MemoryVersion v;
+  v.size = i.rec.size;
+  v.chunks.reserve(i.chunks.size());
+  for (const auto& [ci, cs] : i.chunks) {
+    // Staged bytes may still change; a version being written will not (and
+    // is installed under its own number when its writes complete).
+    if (cs.staged || (cs.failed && !cs.inflight)) return std::nullopt;
+    v.chunks.emplace_back(ci, cs.inflight ? cs.inflight->seq : cs.installed_seq);
+  }
+  return v;
+}
+
+std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
+  if (!memory_) return nullptr;
+  std::shared_ptr<FileMemory> m = memory_->Get(i->token);
+  if (!m || m->state() == FileMemory::State::kFailed) return nullptr;
+  if (m->opens.load() > 0) return m;  // the file's authority while served
+  std::optional<MemoryVersion> v = CurrentMemoryVersion(*i);
+  if (!v || !(*v == m->version())) return nullptr;
+  return m;
+}
+
+bool FileSystem::Impl::MemoryEligible(const InodeRef& i) {
+  return memory_ && i->is_reg() && !i->deleted && i->rec.size > 0 &&
+         i->rec.size <= options_.prefetch_file_max_bytes && !verifier_.enabled() &&
+         CurrentMemoryVersion(*i).has_value();
+}
+
+std::shared_ptr<FileMemory> FileSystem::Impl::StartMemoryLoad(
+    const InodeRef& i, bool prefetch, std::vector<device::IoRequest>* reqs) {
+  std::optional<MemoryVersion> v = CurrentMemoryVersion(*i);
+  if (!v) return nullptr;
+  // Extents cover whole blocks, maybe past the size (a truncate within a
+  // block): the mapping holds every byte a device read writes.
+  uint64_t end = v->size;
+  for (const auto& [ci, cs] : i->chunks) {
+    for (const auto& fe : cs.extents) end = std::max(end, fe.file_off + fe.ext.len);
+  }
+  Result<std::shared_ptr<FileMemory>> made =
+      FileMemory::Create(*v, AlignUp(end, kBlockSize));
+  if (!made.ok()) return nullptr;
+  std::shared_ptr<FileMemory> m = std::move(*made);
+  if (!memory_->Insert(i->token, m, prefetch)) return nullptr;
+  struct Load {
+    Countdown reads;
+    std::shared_ptr<FileMemory> memory;
+    InodePin pin;
+  };
+  // A version still being written is copied from its buffer (the device
+  // may not have it yet); the rest is read from the device.
+  size_t n = 0;
+  for (const auto& [ci, cs] : i->chunks) {
+    const uint64_t cstart = ci * kChunkBytes;
+    if (cs.inflight) {
+      if (cstart < v->size) {
+        const uint64_t hi = std::min(kChunkBytes, v->size - cstart);
+        cs.inflight->CopyOut(0, hi, m->data() + cstart);
+      }
+    } else {
+      n += cs.extents.size();
+    }
+  }
+  if (n == 0) {  // in memory already, or holes: the memfd's zeros
+    m->Finish(true);
+    return m;
+  }
+  auto load = std::make_shared<Load>();
+  load->reads.Reset(n);
+  load->memory = m;
+  load->pin = table_.Pin(i);  // until the load completes
+  i->reads_inflight++;
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t size = m->version().size;
+  for (const auto& [ci, cs] : i->chunks) {
+    if (cs.inflight) continue;
+    for (const auto& fe : cs.extents) {
+      device::IoRequest r;
+      r.op = device::IoOp::kRead;
+      r.device = fe.ext.device;
+      r.byte_off = fe.ext.byte_off;
+      r.buf = m->data() + fe.file_off;
+      r.len = fe.ext.len;
+      r.group = m.get();  // a reader that waits for it promotes it
+      r.done = [this, load, start, size](Status st) {
+        if (!load->reads.Finish(st)) return;
+        const bool ok = load->reads.first().ok();
+        metrics_.Record(Op::kPrefetch, ElapsedNs(start), size);
+        if (!ok) metrics_.Error(EIO);
+        load->memory->Finish(ok);
+        if (!ok) memory_->Erase(load->pin->token, load->memory.get());
+        FinishDeviceRead(std::move(load->pin));
+      };
+      reqs->push_back(std::move(r));
+    }
+  }
+  return m;
+}
+
+void FileSystem::Impl::WhenMemoryLoaded(const std::shared_ptr<FileMemory>& m,
+                                        std::function<void(bool ok)> fn) {
+  if (m->WaitIfLoading(fn)) {  // a copy: `fn` runs here if it is not loading
+    sched_->Promote(m.get());
+  } else {
+    fn(m->state() == FileMemory::State::kReady);
+  }
+}
+
+// ------------------------------------------------------------ prefetch
+
 uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch,
                                     std::vector<std::shared_ptr<CachedChunk>>* entries) {
   if (!inode->is_reg() || inode->deleted) return 0;
   if (inode->rec.size > options_.prefetch_file_max_bytes) return 0;
+  if (MemoryEligible(inode)) {
+    if (HeldMemory(inode)) return 0;  // loaded or loading already
+    if (memory_->unused_prefetch_bytes() + cache_->unused_prefetch_bytes() >=
+        options_.prefetch_budget_bytes) {
+      return 0;
+    }
+    std::vector<device::IoRequest> reqs;
+    std::shared_ptr<FileMemory> m = StartMemoryLoad(inode, true, &reqs);
+    if (m) {
+      if (reqs.empty()) return 0;
+      if (batch != nullptr) {
+        for (device::IoRequest& r : reqs) batch->push_back(std::move(r));
+      } else {
+        sched_->Submit(io::Lane::kPrefetch, reqs);
+      }
+      return m->version().size;
+    }
+    // No room in file memory (open files hold it): the chunk cache.
+  }
   // One chunk's load: its extents' reads, then the entry is finished and
   // the pin that kept the inode given back.
   struct Load {

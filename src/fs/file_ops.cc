@@ -2,12 +2,14 @@
 // write path is write_behind.cc; where read bytes come from, read_path.cc.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "common/format.h"
 #include "fs/chunk_cache.h"
+#include "fs/file_memory.h"
 #include "fs/file_system_impl.h"
 #include "fs/killpriv.h"
 
@@ -16,6 +18,11 @@ namespace kvfs::fs {
 namespace {
 
 Status NoHandle(const char* op) { return Status::Error(EBADF, op); }
+
+// A memfd's change time: it moves with every write the kernel makes to it.
+int64_t StatChangeNs(const struct stat& st) {
+  return st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+}
 
 }  // namespace
 
@@ -34,7 +41,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
     std::lock_guard<NamespaceLock> ns(ns_mu_);
     KVFS_ASSIGN_OR_RETURN(file, AddChild(parent, name, S_IFREG | (mode & 07777), caller));
   }
-  const uint64_t fh = handles_.Add(Handle{file, flags});
+  const uint64_t fh = handles_.Add(Handle{file, flags, nullptr});
   std::lock_guard<std::mutex> l(file->mu);  // its name is visible: others may use it
   return Created{ToAttr(file->rec), fh};
 }
@@ -43,34 +50,160 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, bool kill_suidg
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   {
     std::unique_lock<std::mutex> l(i->mu);
-    if (i->is_dir()) return Status::Error(EISDIR, "open");
-    // Removed between the kernel's lookup and this open (a rename-over or
-    // unlink raced it): ESTALE makes the kernel look the name up again
-    // (do_filp_open retries with LOOKUP_REVAL) and open what it names now.
-    if (i->deleted) return Status::Error(ESTALE, "open of a removed file");
-    const uint32_t mode = kill_suidgid && (flags & O_TRUNC) ? KillSuidGid(i->rec.mode) : i->rec.mode;
-    if (((flags & O_TRUNC) && i->rec.size > 0) || mode != i->rec.mode) {
-      // The kernel checked write permission for O_TRUNC, even with O_RDONLY
-      // (Linux truncates then too). To size 0 nothing is staged: no failure.
-      if (i->rec.size > 0) KVFS_RETURN_IF_ERROR(TruncateData(i, 0));
-      i->rec.mode = mode;
-      i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
-      EnqueueRecord(i);
-    }
-    if ((flags & O_ACCMODE) != O_WRONLY) NoteUse(i, NowNs());
-    if ((flags & O_ACCMODE) != O_WRONLY && options_.prefetch != PrefetchMode::kOff) Prefetch(i);
-    table_.AddOpen(*i);  // under i->mu: see DropLink
+    KVFS_RETURN_IF_ERROR(OpenLocked(i, flags, kill_suidgid, nullptr));
   }
   if ((flags & O_ACCMODE) == O_RDONLY && options_.prefetch != PrefetchMode::kOff) {
     prefetcher_->NoteReadOpen(ino);
   }
-  return handles_.Add(Handle{i, flags});
+  return handles_.Add(Handle{i, flags, nullptr});
+}
+
+Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, bool kill_suidgid,
+                                    const std::shared_ptr<FileMemory>& served) {
+  if (i->is_dir()) return Status::Error(EISDIR, "open");
+  // Removed between the kernel's lookup and this open (a rename-over or
+  // unlink raced it): ESTALE makes the kernel look the name up again
+  // (do_filp_open retries with LOOKUP_REVAL) and open what it names now.
+  if (i->deleted) return Status::Error(ESTALE, "open of a removed file");
+  const uint32_t mode = kill_suidgid && (flags & O_TRUNC) ? KillSuidGid(i->rec.mode) : i->rec.mode;
+  if (served && (flags & O_TRUNC)) KVFS_RETURN_IF_ERROR(ResizeServedMemory(i, 0, false));
+  if (((flags & O_TRUNC) && i->rec.size > 0) || mode != i->rec.mode) {
+    // The kernel checked write permission for O_TRUNC, even with O_RDONLY
+    // (Linux truncates then too). To size 0 nothing is staged: no failure.
+    if (i->rec.size > 0) KVFS_RETURN_IF_ERROR(TruncateData(i, 0));
+    i->rec.mode = mode;
+    i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
+    EnqueueRecord(i);
+  }
+  if ((flags & O_ACCMODE) != O_WRONLY) NoteUse(i, NowNs());
+  if (!served && (flags & O_ACCMODE) != O_WRONLY && options_.prefetch != PrefetchMode::kOff) {
+    Prefetch(i);
+  }
+  table_.AddOpen(*i);  // under i->mu: see DropLink
+  if (served) {
+    served->opens.fetch_add(1);
+    if ((flags & O_ACCMODE) != O_RDONLY && !served->written.exchange(true)) {
+      struct stat st;
+      if (fstat(served->fd(), &st) == 0) served->synced_change_ns = StatChangeNs(st);
+    }
+    memory_->NoteServed(*served, i->rec.size);
+  }
+  return Status::OK();
+}
+
+void FileSystem::Impl::OpenServed(uint64_t ino, int flags, bool kill_suidgid,
+                                  std::function<bool(FileMemory&)> can_serve,
+                                  std::function<void(Result<Opened>)> done) {
+  auto plain = [&] {
+    Result<uint64_t> r = Open(ino, flags, kill_suidgid);
+    if (!r.ok()) return done(r.status());
+    done(Opened{*r, nullptr});
+  };
+  if (!memory_) return plain();
+  Result<InodeRef> got = table_.Get(ino);
+  if (!got.ok()) return done(got.status());
+  const InodeRef i = std::move(*got);
+  std::shared_ptr<FileMemory> m;
+  std::vector<device::IoRequest> reqs;
+  {
+    std::unique_lock<std::mutex> l(i->mu);
+    std::shared_ptr<FileMemory> held = memory_->Get(i->token);
+    if (held && held->opens.load() > 0) {
+      // The kernel's rule: while an open is served from the file's memory,
+      // every open is, whatever its flags (a writer's bytes land there and
+      // are written out by Flush, Fsync and Release).
+      Status st = OpenLocked(i, flags, kill_suidgid, held);
+      if (!st.ok()) return done(st);
+      l.unlock();
+      return done(Opened{handles_.Add(Handle{i, flags, held}), held});
+    }
+    // Served only when no other open could conflict (a writer's bytes go
+    // through Write(); an O_DIRECT open puts the kernel in cached mode).
+    const bool reader = (flags & O_ACCMODE) == O_RDONLY && (flags & O_TRUNC) == 0;
+    if (reader && table_.opens(*i) == 0 && !i->is_dir() && MemoryEligible(i)) {
+      m = HeldMemory(i);
+      if (!m) m = StartMemoryLoad(i, /*prefetch=*/false, &reqs);
+    }
+  }
+  if (!m) return plain();
+  if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs);
+  auto pin = std::make_shared<InodePin>(table_.Pin(i));  // while it waits
+  WhenMemoryLoaded(m, [this, pin, m, ino, flags, kill_suidgid, can_serve, done](bool ok) {
+    const InodeRef& i = pin->ref();
+    std::unique_lock<std::mutex> l(i->mu);
+    // Still nothing open that is not served from `m`, and `m` still the
+    // file's memory: served. Otherwise an open like Open()'s.
+    const bool serve = ok && memory_->Get(i->token) == m &&
+                       table_.opens(*i) == m->opens.load() &&
+                       (m->opens.load() > 0 || HeldMemory(i) == m) && can_serve(*m);
+    Status st = OpenLocked(i, flags, kill_suidgid, serve ? m : nullptr);
+    if (!st.ok()) return done(st);
+    if (serve) memory_->MarkUsed(*m);
+    l.unlock();
+    if (!serve && options_.prefetch != PrefetchMode::kOff) prefetcher_->NoteReadOpen(ino);
+    const uint64_t fh = handles_.Add(Handle{i, flags, serve ? m : nullptr});
+    done(Opened{fh, serve ? m : nullptr});
+  });
+}
+
+void FileSystem::Impl::ServedAttr(const InodeRef& i, Attr* a) {
+  if (!memory_ || !i->is_reg()) return;
+  std::shared_ptr<FileMemory> m = memory_->Get(i->token);
+  if (!m || m->opens.load() == 0 || !m->written.load()) return;
+  struct stat st;
+  if (fstat(m->fd(), &st) != 0) return;
+  a->size = static_cast<uint64_t>(st.st_size);
+  a->blocks = AlignUp(a->size, kBlockSize) / 512;
+  a->mtime_ns = std::max<int64_t>(a->mtime_ns, st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
+}
+
+Status FileSystem::Impl::ResizeServedMemory(const InodeRef& i, uint64_t size, bool grow_only) {
+  if (!memory_) return Status::OK();
+  std::shared_ptr<FileMemory> m = memory_->Get(i->token);
+  if (!m || m->opens.load() == 0) return Status::OK();
+  struct stat st;
+  if (fstat(m->fd(), &st) != 0) return Status::Error(errno, "file memory");
+  if (grow_only && static_cast<uint64_t>(st.st_size) >= size) return Status::OK();
+  if (ftruncate(m->fd(), static_cast<off_t>(size)) != 0) {
+    return Status::Error(errno, "resizing file memory");
+  }
+  return Status::OK();
+}
+
+Status FileSystem::Impl::WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemory& m, bool all) {
+  struct stat st;
+  if (fstat(m.fd(), &st) != 0) return Status::Error(errno, "file memory");
+  const int64_t changed = StatChangeNs(st);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  {
+    std::lock_guard<std::mutex> l(i->mu);
+    if (!all && changed == m.synced_change_ns) return Status::OK();
+    if (size < i->rec.size) KVFS_RETURN_IF_ERROR(TruncateData(i, size));
+  }
+  // The whole file, as a writer would write it: kvfs cannot know which
+  // bytes the kernel changed.
+  LargeBuffer buf = LargeBuffer::Allocate(kChunkBytes);
+  if (!buf) return Status::Error(ENOMEM, "write-out buffer");
+  for (uint64_t off = 0; off < size;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, size - off));
+    ssize_t got = pread(m.fd(), buf.get(), want, static_cast<off_t>(off));
+    if (got < 0) return Status::Error(errno, "reading file memory");
+    if (got == 0) break;  // cut shorter meanwhile: a later write-out follows
+    KVFS_RETURN_IF_ERROR(
+        Write(fh, off, std::span<const char>(buf.get(), static_cast<size_t>(got)), false)
+            .status());
+    off += static_cast<uint64_t>(got);
+  }
+  std::lock_guard<std::mutex> l(i->mu);
+  m.synced_change_ns = changed;
+  return Status::OK();
 }
 
 Status FileSystem::Impl::Flush(uint64_t fh) {
   std::optional<Handle> h = handles_.Get(fh);
   if (!h) return NoHandle("flush");
   if (!h->writable()) return Status::OK();
+  if (h->memory) KVFS_RETURN_IF_ERROR(WriteOutMemory(fh, h->inode, *h->memory, false));
   std::unique_lock<std::mutex> l(h->inode->mu);
   WriteOutAndQueue(h->inode, l);
   if (!l.owns_lock()) l.lock();
@@ -82,9 +215,25 @@ Status FileSystem::Impl::Flush(uint64_t fh) {
 }
 
 void FileSystem::Impl::Release(uint64_t fh) {
+  if (std::optional<Handle> w = handles_.Get(fh); w && w->memory && w->writable()) {
+    // Also what a shared writable map changed after the last close.
+    Status st = WriteOutMemory(fh, w->inode, *w->memory, true);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> l(w->inode->mu);
+      if (!w->inode->write_error) w->inode->write_error = st.code() ? st.code() : EIO;
+    }
+  }
   std::optional<Handle> h = handles_.Take(fh);
   if (!h) return;
   const InodeRef i = std::move(h->inode);
+  if (h->memory) {
+    std::lock_guard<std::mutex> l(i->mu);
+    // The last served open of memory a writer used: its bytes are the
+    // file's now (written out), and the next load reads them back.
+    if (h->memory->opens.fetch_sub(1) == 1 && h->memory->written.load()) {
+      memory_->Erase(i->token, h->memory.get());
+    }
+  }
   if (!table_.DropOpen(*i)) return;
   std::unique_lock<std::mutex> l(i->mu);
   SubmitAllStaged(i);
@@ -105,6 +254,10 @@ void FileSystem::Impl::Release(uint64_t fh) {
 void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {
   std::optional<Handle> h = handles_.Get(fh);
   if (!h) return done(NoHandle("fsync"));
+  if (h->memory && h->writable()) {
+    Status st = WriteOutMemory(fh, h->inode, *h->memory, false);
+    if (!st.ok()) return done(st);
+  }
   InodeRef i = std::move(h->inode);
   std::unique_lock<std::mutex> l(i->mu);
   SubmitAllStaged(i);
@@ -131,6 +284,7 @@ Status FileSystem::Impl::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t
   if (!h) return NoHandle("fallocate");
   if (!h->writable()) return Status::Error(EBADF, "fallocate on a read-only handle");
   std::unique_lock<std::mutex> l(h->inode->mu);
+  KVFS_RETURN_IF_ERROR(ResizeServedMemory(h->inode, off + len, /*grow_only=*/true));
   if (off + len > h->inode->rec.size) {
     uint64_t grow = off + len - h->inode->rec.size;
     if (grow > volume_.space().free_bytes) return Status::Error(ENOSPC, "fallocate");
@@ -153,6 +307,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
   std::shared_ptr<LargeBuffer> out;
   uint64_t len;
   std::shared_ptr<CachedChunk> whole;  // holds all of [off, off + len)
+  std::shared_ptr<FileMemory> memory;  // or this: the whole file
   InodePin pin;
   {
     std::lock_guard<std::mutex> l(i->mu);
@@ -160,8 +315,13 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
     if (size > 0) NoteUse(i, NowNs());
     if (off >= fsize || size == 0) return done(Status::OK(), {});
     len = std::min<uint64_t>(size, fsize - off);
-    whole = CachedWhole(i, off, len);
-    if (!whole) {
+    if (std::shared_ptr<FileMemory> m = HeldMemory(i);
+        m && m->opens.load() == 0 && off + len <= m->mapped()) {
+      memory = std::move(m);
+    } else {
+      whole = CachedWhole(i, off, len);
+    }
+    if (!whole && !memory) {
       // A block of slack: the device read of the file's last block lands whole.
       const uint64_t cap = AlignUp(len, kBlockSize) + kBlockSize;
       out = std::make_shared<LargeBuffer>(LargeBuffer::Allocate(cap));
@@ -169,6 +329,16 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
       PlanRead(i, off, len, out->get(), cap, &plan);
       if (plan.fail.ok() && plan.has_work()) pin = table_.Pin(i);  // until the reads complete
     }
+  }
+  if (memory) {
+    // A key loaded (or loading) into its file memory: answered from there.
+    memory_->MarkUsed(*memory);
+    auto reply = [memory, off, len, done](bool ok) {
+      if (!ok) return done(Status::Error(EIO, "reading the data into memory failed"), {});
+      done(Status::OK(), std::span<const char>(memory->data() + off, len));
+    };
+    WhenMemoryLoaded(memory, std::move(reply));
+    return;
   }
   if (whole) {
     // The common read of a prefetched key: answered from the cache entry

@@ -29,6 +29,11 @@ io::SchedulerOptions FileSystem::Impl::LaneOptions(const volume::Volume& volume,
   return o;
 }
 
+namespace {
+// With file memory on, its share of the cache (FileSystemOptions::file_memory).
+uint64_t FileMemoryBytes(uint64_t cache_bytes) { return cache_bytes / 4 * 3; }
+}  // namespace
+
 FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
                        std::unique_ptr<CacheRegistrar> cache_registrar,
                        std::unique_ptr<BuddyArena> cache_arena)
@@ -40,7 +45,13 @@ FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
       cache_registrar_(std::move(cache_registrar)),
       cache_(std::make_unique<ChunkCache>(*cache_arena_)),
       table_([this](uint64_t ino) { return volume_.index().GetInode(ino); },
-             [this](const InodeState& gone) { cache_->EraseOwner(gone.token); }) {
+             [this](const InodeState& gone) {
+               cache_->EraseOwner(gone.token);
+               if (memory_) memory_->Erase(gone.token);
+             }) {
+  if (options_.file_memory) {
+    memory_ = std::make_unique<FileMemoryCache>(FileMemoryBytes(options_.cache_bytes));
+  }
   committer_ = std::make_unique<Committer>(
       volume_.index(), [this](Change& c, index::WriteBatch& b) { BuildChange(c, b); },
       [this](Change& c, Status st) { ChangeCommitted(c, st); }, [this] { return FlushDevices(); },
@@ -109,6 +120,7 @@ Status FileSystem::Impl::DropCache() {
   Status st = FlushAll();
   prefetcher_->Clear();  // a cold cache is not refilled by old lookups or readahead
   cache_->Clear();
+  if (memory_) memory_->Clear();  // files being served stay
   return st;
 }
 
@@ -129,6 +141,7 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.ops = metrics_.Snapshot();
   s.errors = metrics_.Errors();
   s.cache = cache_->counters();
+  if (memory_) s.file_memory = memory_->counters();
   s.staging_bytes = pool_.region_bytes();
   s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
   s.queued_commits = committer_->queued();
@@ -297,7 +310,9 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
   auto registrar = std::make_unique<CacheRegistrar>(volume);
   KVFS_ASSIGN_OR_RETURN(
       arena,
-      BuddyArena::Create(options.cache_bytes, [r = registrar.get()](const char* base, size_t len) {
+      BuddyArena::Create(options.file_memory ? options.cache_bytes - FileMemoryBytes(options.cache_bytes)
+                                             : options.cache_bytes,
+                         [r = registrar.get()](const char* base, size_t len) {
         r->Enqueue(base, len);
       }));
   auto impl = std::make_unique<Impl>(volume, options, std::move(registrar), std::move(arena));
@@ -344,6 +359,19 @@ Result<Attr> FileSystem::Link(uint64_t ino, uint64_t np, std::string_view nn) {
 Result<uint64_t> FileSystem::Open(uint64_t ino, int flags, bool kill_suidgid) {
   return Run(Call::kOpen, OpenChanges(flags),
              [&] { return impl_->Open(ino, flags, kill_suidgid); });
+}
+void FileSystem::OpenServed(uint64_t ino, int flags, bool kill_suidgid,
+                            std::function<bool(FileMemory&)> can_serve,
+                            std::function<void(Result<Opened>)> done) {
+  const auto start = std::chrono::steady_clock::now();
+  auto measured = [this, start, done = std::move(done)](Result<Opened> r) {
+    Record(Call::kOpen, start, r.ok() ? 0 : r.status().code(), 0);
+    done(std::move(r));
+  };
+  if (OpenChanges(flags)) {
+    if (Status w = impl_->Writable(); !w.ok()) return measured(w);
+  }
+  impl_->OpenServed(ino, flags, kill_suidgid, std::move(can_serve), std::move(measured));
 }
 void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
                       CancelFlag cancel) {

@@ -57,6 +57,8 @@
 namespace kvfs::fs {
 
 enum class Call : uint8_t;  // fs/calls.h
+class FileMemory;           // fs/file_memory.h
+struct FileMemoryCounters;
 
 struct Caller {
   uint32_t uid = 0;
@@ -142,6 +144,11 @@ struct FileSystemOptions {
   unsigned atime_flush_ms = 30000;
   // Capacity watermarks and LRU eviction (fs/eviction.h); off by default.
   EvictionOptions eviction;
+  // Whole files up to prefetch_file_max_bytes are cached as per-file memory
+  // (fs/file_memory.h), which OpenServed() lets the kernel read itself.
+  // It gets three quarters of cache_bytes, the chunk cache (larger files,
+  // and what does not fit) the rest.
+  bool file_memory = false;
 };
 
 class FileSystem {
@@ -202,6 +209,24 @@ class FileSystem {
   // O_TRUNC: the opener is unprivileged, so the truncate clears S_ISUID
   // (and S_ISGID with group-execute), as on every Linux filesystem.
   Result<uint64_t> Open(uint64_t ino, int flags, bool kill_suidgid = false);
+  // An open that the kernel may serve itself, from the file's memory
+  // (options.file_memory). `memory` set: every read and write of this open
+  // is the kernel's, on memory->fd(); fs/ writes what lands there out to
+  // the file at Flush(), Fsync() and Release(). Null: a handle like
+  // Open()'s. The rule the kernel imposes: once an open is served from a
+  // file's memory, every open of that file is (until all are released),
+  // whatever its flags; and one is served only when no other is open. A
+  // read-only open of a file that fits waits for its load. `can_serve`
+  // (called under the file's lock) makes the memory usable by the kernel,
+  // or says it cannot be: the open is then like Open()'s. done runs once,
+  // inline or on an engine thread.
+  struct Opened {
+    uint64_t fh = 0;
+    std::shared_ptr<FileMemory> memory;
+  };
+  void OpenServed(uint64_t ino, int flags, bool kill_suidgid,
+                  std::function<bool(FileMemory&)> can_serve,
+                  std::function<void(Result<Opened>)> done);
   // `data` is valid only during the callback; shorter than `size` at EOF.
   // Setting *cancel (the caller gave up: FUSE INTERRUPT) drops the parts of
   // the read not yet sent to the device; done then gets ECANCELED.

@@ -50,6 +50,7 @@
 #include "fs/chunk_cache.h"
 #include "fs/committer.h"
 #include "fs/entry_cache.h"
+#include "fs/file_memory.h"
 #include "fs/eviction.h"
 #include "fs/file_system.h"
 #include "fs/handle_table.h"
@@ -167,6 +168,9 @@ class FileSystem::Impl {
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                          const Caller& caller);
   Result<uint64_t> Open(uint64_t ino, int flags, bool kill_suidgid);
+  void OpenServed(uint64_t ino, int flags, bool kill_suidgid,
+                  std::function<bool(FileMemory&)> can_serve,
+                  std::function<void(Result<Opened>)> done);
   // --- tmpfile_ops.cc (contracts in file_system.h)
   Result<Created> CreateUnnamed(uint64_t parent, uint32_t mode, int flags, const Caller& caller);
   Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
@@ -346,6 +350,40 @@ class FileSystem::Impl {
   // REQUIRES: inode->mu held.
   uint64_t Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr,
                     std::vector<std::shared_ptr<CachedChunk>>* entries = nullptr);
+  // --- cache_loads.cc: file memory (fs/file_memory.h), when options_.file_memory.
+  // The file version `i` holds now, or nullopt while any chunk is staged,
+  // being written or failed (no version to hold). REQUIRES: i.mu held.
+  static std::optional<MemoryVersion> CurrentMemoryVersion(const InodeState& i);
+  // The file memory that holds `i`'s bytes now (loading or loaded): the one
+  // its served opens use, or one of its current version. REQUIRES: i->mu held.
+  std::shared_ptr<FileMemory> HeldMemory(const InodeRef& i);
+  // Whether `i` may be loaded into file memory: a regular file with bytes,
+  // no larger than prefetch_file_max_bytes, with a version to hold.
+  // REQUIRES: i->mu held.
+  bool MemoryEligible(const InodeRef& i);
+  // Starts loading `i` into a new file memory: its device reads are
+  // appended to `reqs` for the caller to submit. Null when there is no room
+  // (or no memory to be had). REQUIRES: i->mu held; MemoryEligible(i).
+  std::shared_ptr<FileMemory> StartMemoryLoad(const InodeRef& i, bool prefetch,
+                                              std::vector<device::IoRequest>* reqs);
+  // As WhenLoaded, for a file memory.
+  void WhenMemoryLoaded(const std::shared_ptr<FileMemory>& m, std::function<void(bool ok)> fn);
+  // file_ops.cc: a file written through opens served from its memory has
+  // its size (and a newer mtime) there until the bytes are written out:
+  // `a` says so. REQUIRES: i->mu held.
+  void ServedAttr(const InodeRef& i, Attr* a);
+  // Sets the size of the memory opens of `i` are served from, if any
+  // (truncate, O_TRUNC, fallocate; with `grow_only`, never shrinks).
+  // REQUIRES: i->mu held.
+  Status ResizeServedMemory(const InodeRef& i, uint64_t size, bool grow_only);
+  // The open's work under i->mu (O_TRUNC, the use, prefetch, the open
+  // counts); `served`: the memory the open is served from, or null.
+  Status OpenLocked(const InodeRef& i, int flags, bool kill_suidgid,
+                    const std::shared_ptr<FileMemory>& served);
+  // file_ops.cc: copies what the kernel wrote into `m` through handle `fh`
+  // into the file (write-behind, as write(2) would). `all`: even if the
+  // memfd's change time did not move (writes through a shared map).
+  Status WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemory& m, bool all);
   // Promotes the loads of `entries` that a reader waits for, and clears it.
   void PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>>* entries);
   // The prefetcher's work (prefetch thread): the looked-up inodes still in
@@ -381,6 +419,8 @@ class FileSystem::Impl {
   std::unique_ptr<BuddyArena> cache_arena_;
   std::unique_ptr<CacheRegistrar> cache_registrar_;
   std::unique_ptr<ChunkCache> cache_;
+  // Per-file memory (options_.file_memory), else null.
+  std::unique_ptr<FileMemoryCache> memory_;
 
   // Lock order: ns_mu_, then an InodeState's mu, then the table's,
   // handles', staged_mu_, retained_mu_ and the committer's. The eviction

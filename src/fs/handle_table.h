@@ -23,9 +23,13 @@
 
 namespace kvfs::fs {
 
+class FileMemory;
+
 struct Handle {
   InodeRef inode;
   int flags = 0;
+  // Served by the kernel from this file memory (FileSystem::OpenServed).
+  std::shared_ptr<FileMemory> memory;
   bool writable() const { return (flags & O_ACCMODE) != O_RDONLY; }
 };
 

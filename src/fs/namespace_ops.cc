@@ -65,6 +65,7 @@ Attr FileSystem::Impl::AttrAndPrefetch(const InodeRef& inode, bool only_idle) {
   {
     std::lock_guard<std::mutex> l(inode->mu);
     a = ToAttr(inode->rec);
+    ServedAttr(inode, &a);
     UsedForEviction(*inode, NowNs());  // lookup, getattr
     prefetch = prefetch && inode->is_reg() && !inode->deleted && !inode->orphan;
     if (prefetch && only_idle) {
@@ -100,6 +101,8 @@ Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) 
   const int64_t now = NowNs();
   if (req.size) {
     if (i->is_dir()) return Status::Error(EISDIR, "truncate");
+    // Opens served from the file's memory read its size there.
+    KVFS_RETURN_IF_ERROR(ResizeServedMemory(i, *req.size, /*grow_only=*/false));
     if (*req.size != i->rec.size) {
       KVFS_RETURN_IF_ERROR(TruncateData(i, *req.size));
       i->rec.mtime_ns = now;
@@ -115,6 +118,7 @@ Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) 
   else if (req.mtime_ns) i->rec.mtime_ns = *req.mtime_ns;
   i->rec.ctime_ns = now;
   Attr a = ToAttr(i->rec);
+  ServedAttr(i, &a);
   l.unlock();
   EnqueueRecord(i);
   return a;

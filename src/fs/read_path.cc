@@ -8,8 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "common/format.h"
 #include "fs/countdown.h"
+#include "fs/file_memory.h"
 #include "fs/file_system_impl.h"
 
 namespace kvfs::fs {
@@ -18,6 +21,18 @@ namespace kvfs::fs {
 void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, char* dst,
                                 uint64_t room, ReadPlan* plan) {
   const uint64_t end = off + len;
+  // The file's memory, once loaded, holds every byte (staged ones too
+  // while opens are served from it: the kernel wrote them there).
+  if (std::shared_ptr<FileMemory> m = HeldMemory(i);
+      m && m->state() == FileMemory::State::kReady) {
+    if (m->opens.load() > 0) {
+      if (pread(m->fd(), dst, len, static_cast<off_t>(off)) == static_cast<ssize_t>(len)) return;
+    } else if (end <= m->mapped()) {
+      std::memcpy(dst, m->data() + off, len);
+      memory_->MarkUsed(*m);
+      return;
+    }
+  }
   for (uint64_t pos = off; pos < end;) {
     const uint64_t ci = pos / kChunkBytes;
     const uint64_t cstart = ci * kChunkBytes;

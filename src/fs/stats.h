@@ -29,6 +29,7 @@
 #include "common/histogram.h"
 #include "common/status.h"
 #include "fs/cache_stats.h"
+#include "fs/file_memory.h"
 
 namespace kvfs::fs {
 
@@ -126,6 +127,8 @@ struct StatsSnapshot {
   std::vector<LaneStats> lanes;
   std::vector<DeviceIoStats> devices;  // by device index
   CacheStats cache;
+  // Per-file memory (fs/file_memory.h); budget_bytes 0 when it is off.
+  FileMemoryCounters file_memory;
   uint64_t staged_bytes = 0;     // dirty data held in staging buffers
   uint64_t staging_bytes = 0;    // the staging bound (dirty_mb)
   uint64_t queued_commits = 0;

@@ -103,6 +103,7 @@ Result<Attr> FileSystem::Impl::Link(uint64_t ino, uint64_t new_parent,
     x->rec.nlink = 1;
     x->rec.ctime_ns = now;
     a = ToAttr(x->rec);
+    ServedAttr(x, &a);
   }
   {
     std::lock_guard<std::mutex> l(np->mu);

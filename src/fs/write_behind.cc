@@ -204,6 +204,9 @@ bool FileSystem::Impl::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
   std::optional<Handle> found = handles_.Get(fh);
   if (!found) return false;  // the write fails at once
   const Handle& h = *found;
+  // A writer served from file memory writes it out at flush, fsync and
+  // close: as long as a write.
+  if (h.memory && h.writable()) return true;
   if (!h.writable() || len == 0) return false;
   std::lock_guard<std::mutex> l(h.inode->mu);
   if (h.flags & O_APPEND) off = h.inode->rec.size;

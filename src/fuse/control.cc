@@ -18,6 +18,7 @@
 #include "fuse/op_counters.h"
 #include "fuse/reply.h"
 #include "fuse/stats_render.h"
+#include "fuse/passthrough.h"
 #include "fuse/uring_transport.h"
 
 namespace kvfs::fuse::control {
@@ -285,6 +286,12 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (s.uring != nullptr && s.uring->active()) {
       front.transport = s.uring->Describe();
       front.uring = true;
+    }
+    if (s.passthrough != nullptr) {
+      front.passthrough = s.passthrough->Describe();
+      front.passthrough_on = s.passthrough->active();
+      front.passthrough_exports = s.passthrough->exports();
+      front.passthrough_export_failures = s.passthrough->export_failures();
     }
     front.registrations = s.registry.Live();
     front.write_yields = s.read_priority.waits();

@@ -179,6 +179,8 @@ Result<std::unique_ptr<Mount>> Mount::Create(const MountOptions& options, fuse_a
   std::unique_ptr<Mount> m(new Mount());
   m->options_ = options;
   m->state_ = std::make_unique<SessionState>(options.timeouts, options.max_threads);
+  m->passthrough_ = std::make_unique<Passthrough>(options.passthrough);
+  m->state_->passthrough = m->passthrough_.get();
 
   // The kernel checks mode bits (fs/ checks only what it cannot); max_read
   // must match what Init() asks for, or libfuse refuses the connection.
@@ -213,19 +215,25 @@ Status Mount::MountAt(fs::FileSystem& fs, const std::string& mountpoint) {
   }
   mounted_ = true;
   notifier_ = EvictNotifier::Install(fs, se_);
-  if (options_.transport == Transport::kDev) return Status::OK();
-  if (options_.transport == Transport::kAuto) {
-    Status st = UringAvailable();
-    if (!st.ok()) {
-      spdlog::info("FUSE transport: /dev/fuse ({})", st.context());
-      return Status::OK();
+  Status uring = Status::Error(EOPNOTSUPP, "transport=dev");
+  if (options_.transport != Transport::kDev) {
+    uring = UringAvailable();
+    if (!uring.ok() && options_.transport == Transport::kAuto) {
+      spdlog::info("FUSE transport: /dev/fuse ({})", uring.context());
     }
+  }
+  if (!uring.ok()) {
+    // INIT is still to come: passthrough sees it through hooks of its own.
+    if (passthrough_->may_activate()) return passthrough_->InstallHooks(se_);
+    spdlog::info("passthrough: {}", passthrough_->Describe());
+    return Status::OK();
   }
   UringTransport::Options uo;
   uo.required = options_.transport == Transport::kUring;
   uo.entries_per_queue = options_.uring_entries;
   uo.max_request = options_.max_request;
   uo.spin = std::chrono::microseconds(options_.spin_us);
+  uo.passthrough = passthrough_.get();
   auto t = UringTransport::Install(se_, uo);
   if (!t.ok()) return t.status();
   uring_ = std::move(*t);
@@ -246,6 +254,7 @@ Mount::~Mount() {
     return;
   }
   if (mounted_) fuse_session_unmount(se_);
+  passthrough_->Detach();  // the kernel drops every backing id with the fd
   fuse_session_destroy(se_);
 }
 
@@ -253,6 +262,8 @@ Status Mount::Run() {
   RequestLoop loop(se_, options_.max_threads, std::chrono::microseconds(options_.spin_us),
                    [state = state_.get()](uint32_t pid, uint64_t ino, uint64_t fh, uint64_t off,
                                           uint32_t size) {
+                     // size 0: a flush, fsync or release (request_loop.cc).
+                     if (size == 0) return !control::Owns(ino) && state->fs->WriteMayWait(fh, off, 0);
                      return control::Owns(ino) ||
                             state->read_priority.WriteWouldWait(static_cast<pid_t>(pid)) ||
                             state->fs->WriteMayWait(fh, off, size);

@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "fs/file_system.h"
 #include "fuse/evict_notifier.h"
+#include "fuse/passthrough.h"
 #include "fuse/session_state.h"
 #include "fuse/uring_transport.h"
 
@@ -50,6 +51,8 @@ struct MountOptions {
   Transport transport = Transport::kAuto;
   unsigned uring_entries = 16;
   uint32_t max_request = 1 << 20;  // io_uring transport: largest read/write
+  // Loads served by the kernel from file memory (fuse/passthrough.h).
+  PassthroughMode passthrough = PassthroughMode::kAuto;
 };
 
 // The largest read and write request the kernel sends (FUSE's own limit is
@@ -88,6 +91,7 @@ class Mount {
   std::unique_ptr<SessionState> state_;
   MountOptions options_;
   std::unique_ptr<UringTransport> uring_;  // outlives the session's fd
+  std::unique_ptr<Passthrough> passthrough_;
   std::shared_ptr<EvictNotifier> notifier_;  // stopped before the session goes
   fuse_session* se_ = nullptr;
   bool mounted_ = false;

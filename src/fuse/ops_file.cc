@@ -16,7 +16,9 @@
 
 #include <span>
 
+#include "fs/file_memory.h"
 #include "fuse/control.h"
+#include "fuse/passthrough.h"
 #include "fuse/ops.h"
 #include "fuse/reply.h"
 #include "fuse/request_loop.h"
@@ -41,6 +43,47 @@ void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
 // handlers (do_write keeps only FUSE_WRITE_CACHE, do_open only the open
 // flags); uid 0 stands for CAP_FSETID, as for a local filesystem's root.
 bool KillsSuidGid(fuse_req_t req) { return fuse_req_ctx(req)->uid != 0; }
+
+// Opens the kernel may serve from the file's memory (fuse/passthrough.h):
+// a read-only open of a cached file, or any open of a file already served
+// that way. The reply comes when the file's load (if one is running) ends.
+void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags, bool kill) {
+  SessionState& s = StateOf(req);
+  std::shared_ptr<AsyncReply> reply;
+  try {
+    reply = AsyncReply::Start(req, "open");
+    Passthrough* pt = s.passthrough;
+    fs::FileSystem* fs = s.fs;
+    fs->OpenServed(
+        ino, flags, kill, [pt](fs::FileMemory& m) { return pt->Export(m); },
+        [reply, pt, fs, flags](Result<fs::FileSystem::Opened> r) {
+          if (!reply->Claim()) {
+            if (r.ok()) fs->Release(r->fh);
+            return;
+          }
+          if (!r.ok()) {
+            ReplyStatus(reply->req(), r.status(), "open");
+            return;
+          }
+          int rc;
+          if (r->memory) {
+            rc = pt->ReplyOpen(reply->req(), r->fh, *r->memory, flags);
+          } else {
+            fuse_file_info fi{};
+            fi.flags = flags;
+            SetOpenFlags(&fi, r->fh);
+            rc = fuse_reply_open(reply->req(), &fi);
+          }
+          if (rc == -ENOENT) {
+            // Interrupted open(2): no release will come for this handle.
+            Status st = NoThrowVoid([&] { fs->Release(r->fh); });
+            if (!st.ok()) spdlog::error("open: undoing an interrupted open: {}", st.ToString());
+          }
+        });
+  } catch (const std::bad_alloc&) {
+    if (!reply || reply->Claim()) fuse_reply_err(req, ENOMEM);
+  }
+}
 
 }  // namespace
 
@@ -87,6 +130,10 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   // An unprivileged O_TRUNC open clears setuid/setgid (KillsSuidGid).
   const bool kill = KillsSuidGid(req);
+  if (s.passthrough != nullptr && s.passthrough->active()) {
+    OpenServed(req, ino, fi->flags, kill);
+    return;
+  }
   Result<uint64_t> r = NoThrow([&] { return s.fs->Open(ino, fi->flags, kill); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "open");

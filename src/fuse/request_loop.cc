@@ -73,6 +73,15 @@ bool RequestLoop::RunsInReceiver(const fuse_buf& buf, bool backlog) const {
       return write == nullptr || !write_may_wait_(in->pid, in->nodeid, write->fh, write->offset,
                                                      write->size);
     }
+    case FUSE_FLUSH:
+    case FUSE_RELEASE:
+    case FUSE_FSYNC: {
+      // Only queue work, unless the handle is a writer the kernel served
+      // from file memory: then they write its bytes out (fs::OpenServed).
+      // fuse_flush_in, fuse_release_in and fuse_fsync_in start with fh.
+      const auto* fh = BodyOf<uint64_t>(buf);
+      return fh == nullptr || !write_may_wait_(in->pid, in->nodeid, *fh, 0, 0);
+    }
     case FUSE_IOCTL: {
       // kvfs's own commands go to a worker: REGISTER opens the caller's
       // file through /proc, and that file may be on this very mount (whose
@@ -87,10 +96,7 @@ bool RequestLoop::RunsInReceiver(const fuse_buf& buf, bool backlog) const {
     case FUSE_GETATTR:
     case FUSE_OPEN:
     case FUSE_OPENDIR:
-    case FUSE_FLUSH:
-    case FUSE_RELEASE:
     case FUSE_RELEASEDIR:
-    case FUSE_FSYNC:
     case FUSE_CREATE:
     case FUSE_MKDIR:
     case FUSE_UNLINK:

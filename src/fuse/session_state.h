@@ -22,6 +22,7 @@
 
 namespace kvfs::fuse {
 
+class Passthrough;
 class UringTransport;
 
 // How long the kernel may trust what we tell it. kvfs is the only writer of
@@ -91,6 +92,9 @@ struct SessionState {
   // FUSE over io_uring, when the mount asked for it (fuse/uring_transport.h);
   // set right after the session is mounted, before any request.
   UringTransport* uring = nullptr;
+  // FUSE passthrough (fuse/passthrough.h); set before the mount, never null
+  // once requests arrive.
+  Passthrough* passthrough = nullptr;
   // The largest READ the kernel may send: the max_read mount option, which
   // INIT must repeat (libfuse refuses the connection otherwise).
   uint32_t max_read = 1u << 20;

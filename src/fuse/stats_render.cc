@@ -100,6 +100,22 @@ std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
   j["batch"] = {{"registrations", f.registrations}};
   j["write_yield"] = {{"waits", f.write_yields}, {"waited_ms", f.write_yield_ns / 1000000.0}};
   j["transport"] = f.transport;
+  // Reads of opens served by the kernel never reach kvfs: an open stands
+  // for them (served_opens, served_bytes: the files' sizes at open).
+  j["passthrough"] = {{"mode", f.passthrough},
+                      {"on", f.passthrough_on},
+                      {"exports", f.passthrough_exports},
+                      {"export_failures", f.passthrough_export_failures},
+                      {"served_opens", s.file_memory.served_opens},
+                      {"served_bytes", s.file_memory.served_bytes}};
+  j["file_memory"] = {{"budget", s.file_memory.budget_bytes},
+                      {"bytes", s.file_memory.bytes},
+                      {"files", s.file_memory.files},
+                      {"loads", s.file_memory.loads},
+                      {"load_bytes", s.file_memory.load_bytes},
+                      {"dropped", s.file_memory.dropped},
+                      {"no_room", s.file_memory.no_room},
+                      {"unused_prefetch_bytes", s.file_memory.unused_prefetch_bytes}};
   j["requests"] = nlohmann::json::object();
   for (const auto& [name, n] : f.requests) j["requests"][name] = n;
   j["errors"] = nlohmann::json::object();
@@ -217,6 +233,18 @@ std::string StatsToPrometheus(const fs::StatsSnapshot& s, const FrontEndStats& f
   gauge("kvfs_transport_uring", "gauge",
         "1 when requests come over FUSE-over-io_uring queues, 0 over /dev/fuse.",
         f.uring ? 1 : 0);
+  gauge("kvfs_passthrough", "gauge",
+        "1 when opens of cached files are served by the kernel (FUSE passthrough).",
+        f.passthrough_on ? 1 : 0);
+  gauge("kvfs_passthrough_opens_total", "counter",
+        "Opens served by the kernel from file memory (their reads are not seen).",
+        s.file_memory.served_opens);
+  gauge("kvfs_passthrough_bytes_total", "counter",
+        "Sizes of the files at opens served by the kernel.", s.file_memory.served_bytes);
+  gauge("kvfs_file_memory_bytes", "gauge", "Bytes held as per-file memory.",
+        s.file_memory.bytes);
+  gauge("kvfs_file_memory_files", "gauge", "Files held as per-file memory.",
+        s.file_memory.files);
   o << "# HELP kvfs_fuse_requests_total FUSE requests received, by opcode.\n"
        "# TYPE kvfs_fuse_requests_total counter\n";
   for (const auto& [name, n] : f.requests) {

@@ -29,6 +29,12 @@ struct FrontEndStats {
   // UringTransport::Describe() ("io_uring (2 queues x 16 entries)").
   std::string transport = "/dev/fuse";
   bool uring = false;  // requests come over FUSE-over-io_uring queues
+  // Passthrough::Describe() ("on (...)" or "off (why)"), whether it is on,
+  // and the file memories registered with the kernel (and refused).
+  std::string passthrough = "off";
+  bool passthrough_on = false;
+  uint64_t passthrough_exports = 0;
+  uint64_t passthrough_export_failures = 0;
   // Live batch-ioctl buffer registrations (fuse/buffer_registry.h).
   uint64_t registrations = 0;
   // Writes that waited for another caller's reads, and how long in all

@@ -12,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "fuse/passthrough.h"
 #include "fuse/request_loop.h"
 #include "fuse/session_state.h"
 #include "fuse/uring_abi.h"
@@ -150,6 +151,9 @@ ssize_t UringTransport::Read(int fd, void* buf, size_t len) {
       n >= static_cast<ssize_t>(sizeof(fuse_in_header))) {
     const auto* in = static_cast<const fuse_in_header*>(buf);
     if (in->opcode == FUSE_INIT) {
+      if (options_.passthrough != nullptr) {
+        options_.passthrough->NoteInitRequest(buf, static_cast<size_t>(n));
+      }
       init_unique_ = in->unique;
       init_offered_ = false;
       // flags2 (protocol 7.36+) follows flags; an older kernel's INIT is
@@ -210,6 +214,11 @@ ssize_t UringTransport::WriteInitReply(int fd, iovec* iov, int count) {
   if (out->error != 0 || count != 2 || iov[1].iov_len < offsetof(fuse_init_out, flags2) + 4) {
     return ::writev(fd, iov, count);  // libfuse refused the kernel: nothing to add
   }
+  fuse_init_out init{};
+  const size_t init_len = std::min(iov[1].iov_len, sizeof(init));
+  std::memcpy(&init, iov[1].iov_base, init_len);
+  if (options_.passthrough != nullptr) options_.passthrough->EditInitReply(&init, init_len, fd);
+  iovec edited[2] = {iov[0], {&init, init_len}};
   Status why;
   if (!init_offered_) {
     why = Status::Error(EOPNOTSUPP, "the kernel did not offer FUSE over io_uring in FUSE_INIT");
@@ -219,7 +228,7 @@ ssize_t UringTransport::WriteInitReply(int fd, iovec* iov, int count) {
   if (!why.ok()) {
     if (!options_.required) {
       spdlog::info("FUSE transport: /dev/fuse ({})", why.context());
-      return ::writev(fd, iov, count);
+      return ::writev(fd, edited, 2);
     }
     spdlog::error("transport=uring: {}", why.context());
     fuse_out_header refused = *out;
@@ -231,8 +240,6 @@ ssize_t UringTransport::WriteInitReply(int fd, iovec* iov, int count) {
     return static_cast<ssize_t>(iov[0].iov_len + iov[1].iov_len);
   }
 
-  fuse_init_out init{};
-  std::memcpy(&init, iov[1].iov_base, std::min(iov[1].iov_len, sizeof(init)));
   init.flags |= FUSE_INIT_EXT;
   init.flags2 |= static_cast<uint32_t>(uring_abi::kOverIoUring >> 32);
   if (options_.max_request > init.max_write && (init.flags & FUSE_MAX_PAGES)) {
@@ -248,7 +255,7 @@ ssize_t UringTransport::WriteInitReply(int fd, iovec* iov, int count) {
                    options_.max_request >> 20, limit, limit * 4, init.max_pages);
     }
   }
-  iovec v[2] = {iov[0], {&init, iov[1].iov_len}};
+  iovec v[2] = {iov[0], {&init, init_len}};
   ssize_t n = ::writev(fd, v, 2);
   if (n < 0) return n;
 

@@ -45,6 +45,7 @@
 
 namespace kvfs::fuse {
 
+class Passthrough;
 class RequestLoop;
 class UringQueue;
 struct UringEntry;
@@ -74,6 +75,8 @@ class UringTransport {
     // accepted (libfuse 3.14 stops at 1 MiB; above it the kernel's
     // fs.fuse.max_pages_limit must allow it). Multiple of 4 KiB.
     uint32_t max_request = 1 << 20;
+    // Shown the INIT request and reply (fuse/passthrough.h), if set.
+    Passthrough* passthrough = nullptr;
   };
 
   // Installs the hooks on `se` (mounted; its userdata a SessionState whose

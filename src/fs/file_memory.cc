@@ -1,0 +1,190 @@
+#include "fs/file_memory.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace kvfs::fs {
+
+Result<std::shared_ptr<FileMemory>> FileMemory::Create(MemoryVersion version, uint64_t map_bytes) {
+  const int fd = memfd_create("kvfs-file", MFD_CLOEXEC);
+  if (fd < 0) return Status::Error(errno, "memfd_create");
+  if (map_bytes > 0 && ftruncate(fd, static_cast<off_t>(map_bytes)) != 0) {
+    const int e = errno;
+    close(fd);
+    return Status::Error(e, "sizing a file's memory");
+  }
+  char* data = nullptr;
+  if (map_bytes > 0) {
+    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      close(fd);
+      return Status::Error(e, "mapping a file's memory");
+    }
+    // Huge pages where shmem allows them (shmem_enabled=advise or within_size):
+    // fewer page faults for the device reads and the kernel's copies.
+    (void)madvise(p, map_bytes, MADV_HUGEPAGE);
+    data = static_cast<char*>(p);
+  }
+  return std::shared_ptr<FileMemory>(new FileMemory(fd, data, map_bytes, std::move(version)));
+}
+
+FileMemory::~FileMemory() {
+  if (data_ != nullptr) munmap(data_, mapped_);
+  close(fd_);
+  if (export_id_ > 0 && export_release_) export_release_(export_id_);
+}
+
+bool FileMemory::WaitIfLoading(std::function<void(bool ok)> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (state_ != State::kLoading) return false;
+  waiters_.push_back(std::move(fn));
+  return true;
+}
+
+FileMemory::State FileMemory::state() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_;
+}
+
+bool FileMemory::has_waiters() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_ == State::kLoading && !waiters_.empty();
+}
+
+void FileMemory::Finish(bool ok) {
+  // Pages past the size were read only because the device reads whole
+  // blocks; the kernel must see exactly the file.
+  if (ok && version_.size < mapped_ && ftruncate(fd_, static_cast<off_t>(version_.size)) != 0) {
+    ok = false;
+  }
+  std::vector<std::function<void(bool)>> waiters;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    state_ = ok ? State::kReady : State::kFailed;
+    waiters.swap(waiters_);
+  }
+  for (auto& w : waiters) w(ok);
+}
+
+int FileMemory::ExportId(const std::function<int(int fd)>& make,
+                         std::function<void(int id)> release) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (export_id_ > 0) return export_id_;
+  const int id = make(fd_);
+  if (id > 0) {
+    export_id_ = id;
+    export_release_ = std::move(release);
+  }
+  return id;
+}
+
+// ------------------------------------------------------------ the cache
+
+std::shared_ptr<FileMemory> FileMemoryCache::Get(uint64_t owner) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = slots_.find(owner);
+  if (it == slots_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  return it->second.memory;
+}
+
+bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& m,
+                             bool prefetch) {
+  std::vector<std::shared_ptr<FileMemory>> gone;  // freed after the lock
+  bool ok = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto same = slots_.find(owner);
+    if (same != slots_.end()) EraseLocked(same, &gone);
+    // Oldest first; entries that opens use or that are still loading stay.
+    auto it = lru_.end();
+    while (bytes_ + m->bytes() > budget_ && it != lru_.begin()) {
+      --it;
+      auto s = slots_.find(*it);
+      const FileMemory& v = *s->second.memory;
+      if (v.opens.load() > 0 || v.state() == FileMemory::State::kLoading) continue;
+      // A speculative load is not pushed out by another speculative load
+      // before it was used (the loop would undo its own prefetch).
+      if (prefetch && v.unused_prefetch.load()) continue;
+      auto next = std::next(it);
+      EraseLocked(s, &gone);
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      it = next;
+    }
+    if (bytes_ + m->bytes() <= budget_) {
+      lru_.push_front(owner);
+      slots_.emplace(owner, Slot{m, lru_.begin()});
+      bytes_ += m->bytes();
+      m->unused_prefetch.store(prefetch);
+      if (prefetch) unused_prefetch_bytes_.fetch_add(m->bytes(), std::memory_order_relaxed);
+      loads_.fetch_add(1, std::memory_order_relaxed);
+      load_bytes_.fetch_add(m->version().size, std::memory_order_relaxed);
+      ok = true;
+    } else {
+      no_room_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return ok;
+}
+
+void FileMemoryCache::EraseLocked(std::unordered_map<uint64_t, Slot>::iterator it,
+                                  std::vector<std::shared_ptr<FileMemory>>* gone) {
+  FileMemory& m = *it->second.memory;
+  if (m.unused_prefetch.exchange(false)) {
+    unused_prefetch_bytes_.fetch_sub(m.bytes(), std::memory_order_relaxed);
+  }
+  bytes_ -= m.bytes();
+  lru_.erase(it->second.lru);
+  gone->push_back(std::move(it->second.memory));
+  slots_.erase(it);
+}
+
+void FileMemoryCache::Erase(uint64_t owner, const FileMemory* m) {
+  std::vector<std::shared_ptr<FileMemory>> gone;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = slots_.find(owner);
+  if (it == slots_.end()) return;
+  if (m != nullptr && it->second.memory.get() != m) return;
+  if (it->second.memory->opens.load() > 0) return;
+  EraseLocked(it, &gone);
+}
+
+void FileMemoryCache::Clear() {
+  std::vector<std::shared_ptr<FileMemory>> gone;
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto it = slots_.begin(); it != slots_.end();) {
+    auto next = std::next(it);
+    if (it->second.memory->opens.load() == 0) EraseLocked(it, &gone);
+    it = next;
+  }
+}
+
+void FileMemoryCache::MarkUsed(FileMemory& m) {
+  std::lock_guard<std::mutex> l(mu_);  // orders with EraseLocked's exchange
+  if (m.unused_prefetch.exchange(false)) {
+    unused_prefetch_bytes_.fetch_sub(m.bytes(), std::memory_order_relaxed);
+  }
+}
+
+FileMemoryCounters FileMemoryCache::counters() const {
+  FileMemoryCounters c;
+  c.budget_bytes = budget_;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    c.bytes = bytes_;
+    c.files = slots_.size();
+  }
+  c.loads = loads_.load(std::memory_order_relaxed);
+  c.load_bytes = load_bytes_.load(std::memory_order_relaxed);
+  c.dropped = dropped_.load(std::memory_order_relaxed);
+  c.no_room = no_room_.load(std::memory_order_relaxed);
+  c.unused_prefetch_bytes = unused_prefetch_bytes();
+  c.served_opens = served_opens_.load(std::memory_order_relaxed);
+  c.served_bytes = served_bytes_.load(std::memory_order_relaxed);
+  return c;
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,174 @@
+// FileMemory: one file's bytes in memory that the kernel can read itself,
+// and FileMemoryCache: the files kept that way, within a byte budget.
+//
+// A FileMemory is a memfd holding exactly one version of a file's bytes at
+// their offsets, mapped into the daemon. It is filled from the device by
+// O_DIRECT reads straight into its pages (fs/cache_loads.cc), then read by
+// kvfs's own read paths (read(2) replies, the batch READ) and, through the
+// front end, by the kernel: an open may be served from fd() with no request
+// per read reaching the daemon (FUSE passthrough in fuse/; fs/ does not
+// know the mechanism, only that the kernel may read and write fd()).
+//
+// Versions: an entry is valid for the file version it was loaded from (its
+// size and each chunk's installed version, MemoryVersion). While opens are
+// served from it (opens() > 0) it is the file's authority instead: writes
+// through those opens land in it, and fs/ writes them out.
+//
+// Lifetime: the cache holds one reference per file (keyed by the owning
+// InodeState's token); handles served from an entry hold more. Dropping
+// the cache's reference (eviction, a newer version) frees the memory once
+// the last handle is closed. ~FileMemory runs the release hook of the id
+// the front end exported it under (ExportId), so the kernel lets go too.
+//
+// Thread safety: all methods are safe from any thread. Waiters run on the
+// thread that calls Finish(), without any lock held.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvfs::fs {
+
+// The file version a FileMemory holds: its size and, by chunk index, each
+// chunk's installed version.
+struct MemoryVersion {
+  uint64_t size = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> chunks;
+  bool operator==(const MemoryVersion&) const = default;
+};
+
+class FileMemory {
+ public:
+  enum class State { kLoading, kReady, kFailed };
+
+  // A memfd of `map_bytes` (a multiple of 4 KiB, >= the file's size),
+  // mapped read-write, all zeros, for `version`. Errors: ENOMEM, EMFILE...
+  static Result<std::shared_ptr<FileMemory>> Create(MemoryVersion version, uint64_t map_bytes);
+  ~FileMemory();
+  FileMemory(const FileMemory&) = delete;
+  FileMemory& operator=(const FileMemory&) = delete;
+
+  int fd() const { return fd_; }
+  char* data() const { return data_; }
+  // Bytes mapped at data(); device reads land anywhere below this.
+  uint64_t mapped() const { return mapped_; }
+  const MemoryVersion& version() const { return version_; }
+  // The bytes the cache counts against its budget.
+  uint64_t bytes() const { return mapped_; }
+
+  // Runs fn(true) now if ready, fn(false) now if failed, or later from
+  // Finish(). Returns false (and does not call fn) when not loading.
+  bool WaitIfLoading(std::function<void(bool ok)> fn);
+  State state() const;
+  bool has_waiters() const;
+  // The load ended: on success the memfd is cut to the file's size (the
+  // kernel reads up to the memfd's size). Runs the waiters.
+  void Finish(bool ok);
+
+  // The id under which the front end lets the kernel read fd(): made by
+  // `make(fd)` at the first call (under this entry's lock, so every caller
+  // gets the same id), released by `release(id)` when the entry is freed.
+  // A failed make (a negative id) is returned, not kept.
+  int ExportId(const std::function<int(int fd)>& make, std::function<void(int id)> release);
+
+  // Opens served from this entry (changed by fs/ under the inode's lock).
+  std::atomic<int> opens{0};
+  // A writable open was served from it: its bytes may be newer than the
+  // device's, and after the last such open it is dropped.
+  std::atomic<bool> written{false};
+  // Loaded speculatively and not used yet (the prefetch budget).
+  std::atomic<bool> unused_prefetch{false};
+  // The memfd's change time when its bytes were last written out to the
+  // file (a served writer's Flush skips the write-out while it has not
+  // moved). GUARDED_BY the owning inode's mu.
+  int64_t synced_change_ns = 0;
+
+ private:
+  FileMemory(int fd, char* data, uint64_t mapped, MemoryVersion version)
+      : fd_(fd), data_(data), mapped_(mapped), version_(std::move(version)) {}
+
+  const int fd_;
+  char* const data_;
+  const uint64_t mapped_;
+  const MemoryVersion version_;
+
+  mutable std::mutex mu_;
+  State state_ = State::kLoading;                   // GUARDED_BY(mu_)
+  std::vector<std::function<void(bool)>> waiters_;  // GUARDED_BY(mu_)
+  int export_id_ = 0;                               // GUARDED_BY(mu_); 0: none
+  std::function<void(int)> export_release_;         // GUARDED_BY(mu_)
+};
+
+struct FileMemoryCounters {
+  uint64_t budget_bytes = 0;
+  uint64_t bytes = 0;        // held by the cache
+  uint64_t files = 0;        // entries
+  uint64_t loads = 0;        // entries made
+  uint64_t load_bytes = 0;   // bytes of the files loaded
+  uint64_t dropped = 0;      // entries evicted for room
+  uint64_t no_room = 0;      // loads refused: the budget is held by open files
+  uint64_t unused_prefetch_bytes = 0;
+  uint64_t served_opens = 0;   // opens served from file memory
+  uint64_t served_bytes = 0;   // the sizes of the files at those opens
+};
+
+class FileMemoryCache {
+ public:
+  explicit FileMemoryCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
+
+  // The entry of `owner`, bumped in the LRU order; null if none.
+  std::shared_ptr<FileMemory> Get(uint64_t owner);
+  // Makes `m` the entry of `owner` (replacing an older one), evicting the
+  // least recently used entries no open uses until it fits. False (and
+  // nothing kept) when open files hold the room.
+  bool Insert(uint64_t owner, const std::shared_ptr<FileMemory>& m, bool prefetch);
+  // Drops the entry of `owner` if it is `m` (any entry when m is null),
+  // unless opens are served from it.
+  void Erase(uint64_t owner, const FileMemory* m = nullptr);
+  void Clear();
+  // A speculative load was used: it no longer counts as unused.
+  void MarkUsed(FileMemory& m);
+  // An open was served from `m`, a file of `bytes` (the kernel's reads are
+  // not seen: the open stands for them).
+  void NoteServed(FileMemory& m, uint64_t bytes) {
+    MarkUsed(m);
+    served_opens_.fetch_add(1, std::memory_order_relaxed);
+    served_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  uint64_t unused_prefetch_bytes() const {
+    return unused_prefetch_bytes_.load(std::memory_order_relaxed);
+  }
+  FileMemoryCounters counters() const;
+
+ private:
+  struct Slot {
+    std::shared_ptr<FileMemory> memory;
+    std::list<uint64_t>::iterator lru;
+  };
+  // REQUIRES: mu_ held. The removed entries are appended to `gone` (freed
+  // by the caller outside the lock: ~FileMemory makes system calls).
+  void EraseLocked(std::unordered_map<uint64_t, Slot>::iterator it,
+                   std::vector<std::shared_ptr<FileMemory>>* gone);
+
+  const uint64_t budget_;
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, Slot> slots_;  // GUARDED_BY(mu_)
+  std::list<uint64_t> lru_;                   // front = most recent; GUARDED_BY(mu_)
+  uint64_t bytes_ = 0;                        // GUARDED_BY(mu_)
+  std::atomic<uint64_t> unused_prefetch_bytes_{0};
+  std::atomic<uint64_t> loads_{0}, load_bytes_{0}, dropped_{0}, no_room_{0};
+  std::atomic<uint64_t> served_opens_{0}, served_bytes_{0};
+};
+
+}  // namespace kvfs::fs

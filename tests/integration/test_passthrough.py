@@ -1,0 +1,298 @@
+"""Loads served by the kernel (FUSE passthrough from per-file memory).
+
+A read-only open of a cached file is answered so that the kernel reads the
+file's memory itself: no READ request reaches kvfs. The kernel's rule (while
+a file has such an open, every open of it must be one) must never show as
+an EIO: writers, truncates, renames, unlinks and eviction of a file that a
+reader holds behave as on ext4, and nothing written through such an open is
+lost. Each test runs on both transports (conftest.py)."""
+import errno
+import json
+import mmap
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import FUSERMOUNT, MiB, _live_mounts
+
+FSCK_BIN = os.environ.get("FSCK_KVFS_BIN", "")
+
+SIZES = [1, 4096, 256 * 1024 + 17, 4 * MiB, 24 * MiB + 4096]
+
+
+def stats(vol):
+    with open(vol.p(".kvfs", "stats")) as f:
+        return json.load(f)
+
+
+def pattern(n, seed):
+    block = bytes((seed * 31 + i * 7) & 0xFF for i in range(4096))
+    return (block * (n // 4096 + 1))[:n]
+
+
+def store(path, data, direct=False):
+    """A connector's store: temp file, one write, close, rename."""
+    tmp = path + ".tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    if direct:
+        flags |= os.O_DIRECT
+        buf = mmap.mmap(-1, max(4096, (len(data) + 4095) // 4096 * 4096))
+        buf[: len(data)] = data
+    fd = os.open(tmp, flags, 0o644)
+    try:
+        if direct:
+            os.write(fd, memoryview(buf)[: (len(data) + 4095) // 4096 * 4096])
+            os.ftruncate(fd, len(data))
+        else:
+            os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+def load(path, direct=False):
+    flags = os.O_RDONLY | (os.O_DIRECT if direct else 0)
+    fd = os.open(path, flags)
+    try:
+        size = os.fstat(fd).st_size
+        if direct:
+            buf = mmap.mmap(-1, max(4096, (size + 4095) // 4096 * 4096))
+            n = os.readv(fd, [buf])
+            return bytes(buf[:n])
+        return os.read(fd, size + 1)
+    finally:
+        os.close(fd)
+
+
+def served(vol):
+    return stats(vol)["passthrough"]["served_opens"]
+
+
+def reads(vol):
+    return stats(vol)["requests"].get("read", 0)
+
+
+def reads_of(vol, fn):
+    """READ requests that fn() caused, less those of reading the stats file."""
+    a = reads(vol)
+    per_look = reads(vol) - a
+    b = reads(vol)
+    fn()
+    return reads(vol) - b - per_look
+
+
+def drop_cache(vol):
+    with open(vol.p(".kvfs", "drop_cache"), "w") as f:
+        f.write("1")
+
+
+def test_passthrough_is_on_and_loads_send_no_read(vol):
+    s = stats(vol)
+    assert s["passthrough"]["on"], s["passthrough"]
+    for i, n in enumerate(SIZES):
+        store(vol.p(f"k{i}"), pattern(n, i))
+    drop_cache(vol)
+    for direct in (False, True):
+        before_served = served(vol)
+
+        def loads():
+            for i, n in enumerate(SIZES):
+                assert load(vol.p(f"k{i}"), direct) == pattern(n, i), (n, direct)
+
+        assert reads_of(vol, loads) == 0, "a load served by the kernel sent READ requests"
+        assert served(vol) - before_served == len(SIZES)
+    # The bytes survive a remount (and come back from the device).
+    vol.remount()
+    for i, n in enumerate(SIZES):
+        assert load(vol.p(f"k{i}"), True) == pattern(n, i)
+
+
+def test_shared_read_only_map_of_a_served_file(vol):
+    data = pattern(3 * MiB + 123, 5)
+    store(vol.p("model.safetensors"), data)
+    fd = os.open(vol.p("model.safetensors"), os.O_RDONLY)
+    try:
+        m = mmap.mmap(fd, len(data), mmap.MAP_SHARED, mmap.PROT_READ)
+        assert m[:] == data
+        m.close()
+    finally:
+        os.close(fd)
+
+
+def test_passthrough_off_behaves_as_before(make_volume):
+    v = make_volume("off", options="passthrough=off")
+    v.mount.start()
+    s = stats(v)
+    assert not s["passthrough"]["on"] and "passthrough=off" in s["passthrough"]["mode"]
+    assert s["file_memory"]["budget"] == 0
+    data = pattern(2 * MiB, 1)
+    store(v.p("k"), data)
+    assert reads_of(v, lambda: load(v.p("k")) == data) > 0
+    assert load(v.p("k")) == data
+    fd = os.open(v.p("k"), os.O_RDONLY)
+    try:
+        with pytest.raises(OSError) as e:
+            mmap.mmap(fd, len(data), mmap.MAP_SHARED, mmap.PROT_READ)
+        assert e.value.errno == errno.ENODEV
+    finally:
+        os.close(fd)
+    v.mount.stop()
+
+
+def test_writers_beside_a_served_reader_see_what_ext4_shows(vol):
+    """A reader holds a served open while others write, truncate, O_DIRECT
+    write, rename over and unlink: no EIO; what each sees is ext4's."""
+    path = vol.p("k")
+    data = pattern(1 * MiB, 2)
+    store(path, data)
+    reader = os.open(path, os.O_RDONLY)
+    try:
+        assert os.pread(reader, len(data), 0) == data
+        # O_WRONLY writer: the reader sees its bytes at once.
+        w = os.open(path, os.O_WRONLY)
+        assert os.pwrite(w, b"A" * 10, 100) == 10
+        assert os.pread(reader, 20, 95) == data[95:100] + b"A" * 10 + data[110:115]
+        os.close(w)
+        # O_RDWR reads back, appends; the size moves for everyone.
+        rw = os.open(path, os.O_RDWR)
+        assert os.pread(rw, 10, 100) == b"A" * 10
+        os.pwrite(rw, b"tail", len(data))
+        os.close(rw)
+        assert os.stat(path).st_size == len(data) + 4
+        assert os.fstat(reader).st_size == len(data) + 4
+        # truncate(2) and O_TRUNC.
+        os.truncate(path, 4096)
+        assert os.stat(path).st_size == 4096
+        assert os.pread(reader, 8192, 0) == data[:100] + b"A" * 10 + data[110:4096]
+        t = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        os.write(t, b"fresh")
+        os.close(t)
+        assert os.pread(reader, 100, 0) == b"fresh"
+        # An O_DIRECT writer.
+        buf = mmap.mmap(-1, 8192)
+        buf[:] = b"D" * 8192
+        d = os.open(path, os.O_WRONLY | os.O_DIRECT)
+        assert os.pwritev(d, [buf], 0) == 8192
+        os.close(d)
+        assert os.pread(reader, 8192, 0) == b"D" * 8192
+        os.fsync(reader)
+    finally:
+        os.close(reader)
+    # Everything written reached the file: after a remount too.
+    vol.remount()
+    assert load(path) == b"D" * 8192
+
+
+def test_rename_over_and_unlink_of_a_held_file(vol):
+    old, new = pattern(512 * 1024, 3), pattern(300 * 1024, 4)
+    store(vol.p("k"), old)
+    reader = os.open(vol.p("k"), os.O_RDONLY)
+    try:
+        store(vol.p("k"), new)  # rename over the held file
+        assert os.pread(reader, len(old) + 1, 0) == old
+        assert load(vol.p("k")) == new
+        os.unlink(vol.p("k"))
+        assert os.pread(reader, len(old) + 1, 0) == old
+        assert not os.path.exists(vol.p("k"))
+    finally:
+        os.close(reader)
+
+
+def test_eviction_skips_a_held_file_then_takes_it(make_volume):
+    v = make_volume("evict", options="evict=lru,evict_min_age=0")
+    v.mount.start()
+    data = pattern(4 * MiB, 6)
+    store(v.p("k"), data)
+    reader = os.open(v.p("k"), os.O_RDONLY)
+    try:
+        with open(v.p(".kvfs", "evict"), "w") as f:
+            f.write("0")
+        assert os.path.exists(v.p("k")), "an open file was evicted"
+        assert os.pread(reader, len(data) + 1, 0) == data
+        # A second open of the held file is served the same way: no EIO.
+        assert load(v.p("k")) == data
+    finally:
+        os.close(reader)
+    # The kernel sends the last RELEASE after close() returns: evict again
+    # until the file is free.
+    deadline = time.monotonic() + 30
+    while os.path.exists(v.p("k")) and time.monotonic() < deadline:
+        with open(v.p(".kvfs", "evict"), "w") as f:
+            f.write("0")
+        time.sleep(0.05)
+    assert not os.path.exists(v.p("k"))
+    v.mount.stop()
+
+
+def test_kill_9_with_served_opens_then_fsck_clean(make_volume):
+    v = make_volume("kill", options=None)
+    v.mount.start()
+    data = pattern(2 * MiB, 7)
+    store(v.p("k"), data)
+    fd = os.open(v.p("k"), os.O_RDONLY)
+    os.fsync(fd)  # the store is durable; the served open stays
+    assert os.pread(fd, 16, 0) == data[:16]
+    v.mount.proc.send_signal(signal.SIGKILL)
+    v.mount.proc.wait(timeout=60)
+    os.close(fd)
+    subprocess.run([FUSERMOUNT, "-u", "-z", v.mount.path], capture_output=True)
+    v.mount.proc = None
+    if v.mount in _live_mounts:
+        _live_mounts.remove(v.mount)
+    v.mount.log.close()
+    if FSCK_BIN:
+        r = subprocess.run([FSCK_BIN, "-n", v.image], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    v.mount.start()
+    assert load(v.p("k")) == data
+    v.mount.stop()
+
+
+def proc_counts(pid):
+    fds = os.listdir(f"/proc/{pid}/fd")
+    memfds = 0
+    for fd in fds:
+        try:
+            if "memfd:" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                memfds += 1
+        except OSError:
+            pass
+    with open(f"/proc/{pid}/status") as f:
+        rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+    return len(fds), memfds, rss
+
+
+def test_many_open_read_close_cycles_leave_the_daemon_flat(vol):
+    keys = 16
+    for i in range(keys):
+        store(vol.p(f"k{i}"), pattern(256 * 1024, i))
+    for i in range(keys):
+        load(vol.p(f"k{i}"))
+    pid = vol.mount.proc.pid
+    fds0, memfds0, rss0 = proc_counts(pid)
+    before = served(vol)
+    cycles = 100_000
+    for n in range(cycles):
+        fd = os.open(vol.p(f"k{n % keys}"), os.O_RDONLY)
+        os.read(fd, 256 * 1024)
+        os.close(fd)
+    assert served(vol) - before == cycles
+    fds1, memfds1, rss1 = proc_counts(pid)
+    assert fds1 <= fds0 + 2, (fds0, fds1)
+    assert memfds1 <= max(memfds0, keys), (memfds0, memfds1)
+    assert rss1 < rss0 + 64 * 1024, (rss0, rss1)  # KiB
+
+
+def test_cache_mb_bounds_file_memory(make_volume):
+    v = make_volume("budget", size=1024 * MiB, options="cache_mb=64")
+    v.mount.start()
+    for i in range(40):
+        store(v.p(f"k{i}"), pattern(4 * MiB, i))
+    for i in range(40):
+        assert load(v.p(f"k{i}")) == pattern(4 * MiB, i)
+        fm = stats(v)["file_memory"]
+        assert fm["bytes"] <= fm["budget"] <= 48 * MiB, fm
+    v.mount.stop()
