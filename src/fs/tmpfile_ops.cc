@@ -50,7 +50,7 @@ Result<FileSystem::Created> FileSystem::Impl::CreateUnnamed(uint64_t parent, uin
     Enqueue(c);
   }
   // The O_TMPFILE bits (O_DIRECTORY among them) mean nothing to a handle.
-  const uint64_t fh = handles_.Add(Handle{file, flags & ~O_TMPFILE});
+  const uint64_t fh = handles_.Add(Handle{file, flags & ~O_TMPFILE, nullptr});
   std::lock_guard<std::mutex> l(file->mu);
   return Created{ToAttr(file->rec), fh};
 }
