@@ -87,13 +87,19 @@ std::optional<MemoryVersion> FileSystem::Impl::CurrentMemoryVersion(const InodeS
   return v;
 }
 
-std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
+std::shared_ptr<FileMemory> FileSystem::Impl::CurrentMemory(const InodeRef& i) {
   if (!memory_) return nullptr;
   std::shared_ptr<FileMemory> m = memory_->Get(i->token);
-  if (!m || m->state() == FileMemory::State::kFailed) return nullptr;
+  if (!m) return nullptr;
   if (m->opens.load() > 0) return m;  // the file's authority while served
   std::optional<MemoryVersion> v = CurrentMemoryVersion(*i);
   if (!v || !(*v == m->version())) return nullptr;
+  return m;
+}
+
+std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
+  std::shared_ptr<FileMemory> m = CurrentMemory(i);
+  if (!m || m->state() == FileMemory::State::kFailed) return nullptr;
   return m;
 }
 
@@ -163,8 +169,9 @@ std::shared_ptr<FileMemory> FileSystem::Impl::StartMemoryLoad(
         const bool ok = load->reads.first().ok();
         metrics_.Record(Op::kPrefetch, ElapsedNs(start), size);
         if (!ok) metrics_.Error(EIO);
+        // A failed load stays as the version's entry (its pages given
+        // back): reads of the file then go through the chunk cache.
         load->memory->Finish(ok);
-        if (!ok) memory_->Erase(load->pin->token, load->memory.get());
         FinishDeviceRead(std::move(load->pin));
       };
       reqs->push_back(std::move(r));
@@ -189,13 +196,13 @@ uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::I
   if (!inode->is_reg() || inode->deleted) return 0;
   if (inode->rec.size > options_.prefetch_file_max_bytes) return 0;
   if (MemoryEligible(inode)) {
-    if (HeldMemory(inode)) return 0;  // loaded or loading already
-    if (memory_->unused_prefetch_bytes() + cache_->unused_prefetch_bytes() >=
-        options_.prefetch_budget_bytes) {
-      return 0;
-    }
+    // Loaded or loading already; or its load failed: the chunk cache,
+    // whose reads fail only where the device does.
+    std::shared_ptr<FileMemory> cur = CurrentMemory(inode);
+    if (cur && cur->state() != FileMemory::State::kFailed) return 0;
+    if (SpeculativeBytes() >= options_.prefetch_budget_bytes) return 0;
     std::vector<device::IoRequest> reqs;
-    std::shared_ptr<FileMemory> m = StartMemoryLoad(inode, true, &reqs);
+    std::shared_ptr<FileMemory> m = cur ? nullptr : StartMemoryLoad(inode, true, &reqs);
     if (m) {
       if (reqs.empty()) return 0;
       if (batch != nullptr) {
@@ -218,7 +225,7 @@ uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::I
   std::vector<device::IoRequest> reqs;
   for (auto& [ci, cs] : inode->chunks) {
     if (cs.staged || cs.inflight || cs.extents.empty()) continue;
-    if (cache_->unused_prefetch_bytes() >= options_.prefetch_budget_bytes) break;
+    if (SpeculativeBytes() >= options_.prefetch_budget_bytes) break;
     const uint64_t cstart = ci * kChunkBytes;
     auto entry = StartChunkLoad(inode, ci, cs, true);
     if (!entry) continue;  // cached already, or no room
@@ -342,7 +349,7 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
     }
   }
   for (uint64_t c : children) {
-    if (cache_->unused_prefetch_bytes() >= options_.prefetch_budget_bytes) break;
+    if (SpeculativeBytes() >= options_.prefetch_budget_bytes) break;
     auto child = table_.Get(c);
     if (!child.ok()) continue;
     std::lock_guard<std::mutex> l((*child)->mu);

@@ -82,8 +82,10 @@ class FileMemory {
   // A failed make (a negative id) is returned, not kept.
   int ExportId(const std::function<int(int fd)>& make, std::function<void(int id)> release);
 
-  // Opens served from this entry (changed by fs/ under the inode's lock).
+  // Opens served from this entry, and opens waiting for its load to be
+  // served (changed by fs/ under the inode's lock).
   std::atomic<int> opens{0};
+  std::atomic<int> pending{0};
   // A writable open was served from it: its bytes may be newer than the
   // device's, and after the last such open it is dropped.
   std::atomic<bool> written{false};
@@ -119,6 +121,10 @@ struct FileMemoryCounters {
   uint64_t dropped = 0;      // entries evicted for room
   uint64_t no_room = 0;      // loads refused: the budget is held by open files
   uint64_t unused_prefetch_bytes = 0;
+  uint64_t hits = 0;                   // uses: served opens, reads answered
+  uint64_t prefetched_bytes = 0;       // loaded speculatively
+  uint64_t prefetch_used_bytes = 0;    // of those, later used
+  uint64_t prefetch_wasted_bytes = 0;  // of those, dropped unused
   uint64_t served_opens = 0;   // opens served from file memory
   uint64_t served_bytes = 0;   // the sizes of the files at those opens
 };
@@ -139,6 +145,12 @@ class FileMemoryCache {
   void Clear();
   // A speculative load was used: it no longer counts as unused.
   void MarkUsed(FileMemory& m);
+  // An open loads `m` for itself: counted as a whole-file prefetch that
+  // is used at once (as the chunk cache counts an open's load).
+  void NoteOpenLoad(const FileMemory& m) {
+    prefetched_.fetch_add(m.bytes(), std::memory_order_relaxed);
+    prefetch_used_.fetch_add(m.bytes(), std::memory_order_relaxed);
+  }
   // An open was served from `m`, a file of `bytes` (the kernel's reads are
   // not seen: the open stands for them).
   void NoteServed(FileMemory& m, uint64_t bytes) {
@@ -169,6 +181,7 @@ class FileMemoryCache {
   std::atomic<uint64_t> unused_prefetch_bytes_{0};
   std::atomic<uint64_t> loads_{0}, load_bytes_{0}, dropped_{0}, no_room_{0};
   std::atomic<uint64_t> served_opens_{0}, served_bytes_{0};
+  std::atomic<uint64_t> hits_{0}, prefetched_{0}, prefetch_used_{0}, wasted_{0};
 };
 
 }  // namespace kvfs::fs

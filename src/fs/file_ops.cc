@@ -59,14 +59,16 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, bool kill_suidg
 }
 
 Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, bool kill_suidgid,
-                                    const std::shared_ptr<FileMemory>& served) {
+                                    const std::shared_ptr<FileMemory>& served, bool pending) {
   if (i->is_dir()) return Status::Error(EISDIR, "open");
   // Removed between the kernel's lookup and this open (a rename-over or
   // unlink raced it): ESTALE makes the kernel look the name up again
   // (do_filp_open retries with LOOKUP_REVAL) and open what it names now.
   if (i->deleted) return Status::Error(ESTALE, "open of a removed file");
   const uint32_t mode = kill_suidgid && (flags & O_TRUNC) ? KillSuidGid(i->rec.mode) : i->rec.mode;
-  if (served && (flags & O_TRUNC)) KVFS_RETURN_IF_ERROR(ResizeServedMemory(i, 0, false));
+  if (served && !pending && (flags & O_TRUNC)) {
+    KVFS_RETURN_IF_ERROR(ResizeServedMemory(i, 0, false));
+  }
   if (((flags & O_TRUNC) && i->rec.size > 0) || mode != i->rec.mode) {
     // The kernel checked write permission for O_TRUNC, even with O_RDONLY
     // (Linux truncates then too). To size 0 nothing is staged: no failure.
@@ -80,7 +82,9 @@ Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, bool kill_suid
     Prefetch(i);
   }
   table_.AddOpen(*i);  // under i->mu: see DropLink
-  if (served) {
+  if (served && pending) {
+    served->pending.fetch_add(1);
+  } else if (served) {
     served->opens.fetch_add(1);
     if ((flags & O_ACCMODE) != O_RDONLY && !served->written.exchange(true)) {
       struct stat st;
@@ -115,32 +119,55 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, bool kill_suidgid,
       Status st = OpenLocked(i, flags, kill_suidgid, held);
       if (!st.ok()) return done(st);
       l.unlock();
+      if ((flags & O_ACCMODE) == O_RDONLY && options_.prefetch != PrefetchMode::kOff) {
+        prefetcher_->NoteReadOpen(ino);
+      }
       return done(Opened{handles_.Add(Handle{i, flags, held}), held});
     }
     // Served only when no other open could conflict (a writer's bytes go
-    // through Write(); an O_DIRECT open puts the kernel in cached mode).
+    // through Write(); an O_DIRECT open puts the kernel in cached mode):
+    // nothing open but other opens waiting for the same load. A version
+    // whose load failed is read through the chunk cache.
     const bool reader = (flags & O_ACCMODE) == O_RDONLY && (flags & O_TRUNC) == 0;
-    if (reader && table_.opens(*i) == 0 && !i->is_dir() && MemoryEligible(i)) {
-      m = HeldMemory(i);
-      if (!m) m = StartMemoryLoad(i, /*prefetch=*/false, &reqs);
+    if (reader && !i->is_dir() && MemoryEligible(i)) {
+      std::shared_ptr<FileMemory> cur = CurrentMemory(i);
+      const int waiting = cur ? cur->pending.load() : 0;
+      if (table_.opens(*i) == waiting &&
+          !(cur && cur->state() == FileMemory::State::kFailed)) {
+        m = cur ? std::move(cur) : StartMemoryLoad(i, /*prefetch=*/false, &reqs);
+        if (m && !reqs.empty()) memory_->NoteOpenLoad(*m);
+      }
+    }
+    if (m) {
+      Status st = OpenLocked(i, flags, kill_suidgid, m, /*pending=*/true);
+      if (!st.ok()) {
+        l.unlock();
+        if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs);  // the load stays cached
+        return done(st);
+      }
     }
   }
   if (!m) return plain();
   if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs);
+  // Readahead of the files after it (inode order) starts now, not after
+  // this file's load.
+  if (options_.prefetch != PrefetchMode::kOff) prefetcher_->NoteReadOpen(ino);
   auto pin = std::make_shared<InodePin>(table_.Pin(i));  // while it waits
-  WhenMemoryLoaded(m, [this, pin, m, ino, flags, kill_suidgid, can_serve, done](bool ok) {
+  WhenMemoryLoaded(m, [this, pin, m, flags, can_serve, done](bool ok) {
     const InodeRef& i = pin->ref();
     std::unique_lock<std::mutex> l(i->mu);
-    // Still nothing open that is not served from `m`, and `m` still the
-    // file's memory: served. Otherwise an open like Open()'s.
+    m->pending.fetch_sub(1);
+    // Still nothing open but opens served from (or waiting for) `m`, and
+    // `m` still the file's memory: served. Otherwise the open stays as
+    // counted, a handle like Open()'s.
     const bool serve = ok && memory_->Get(i->token) == m &&
-                       table_.opens(*i) == m->opens.load() &&
+                       table_.opens(*i) == m->opens.load() + m->pending.load() + 1 &&
                        (m->opens.load() > 0 || HeldMemory(i) == m) && can_serve(*m);
-    Status st = OpenLocked(i, flags, kill_suidgid, serve ? m : nullptr);
-    if (!st.ok()) return done(st);
-    if (serve) memory_->MarkUsed(*m);
+    if (serve) {
+      m->opens.fetch_add(1);
+      memory_->NoteServed(*m, i->rec.size);
+    }
     l.unlock();
-    if (!serve && options_.prefetch != PrefetchMode::kOff) prefetcher_->NoteReadOpen(ino);
     const uint64_t fh = handles_.Add(Handle{i, flags, serve ? m : nullptr});
     done(Opened{fh, serve ? m : nullptr});
   });

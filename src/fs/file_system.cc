@@ -140,7 +140,7 @@ StatsSnapshot FileSystem::Impl::Stats() {
   StatsSnapshot s;
   s.ops = metrics_.Snapshot();
   s.errors = metrics_.Errors();
-  s.cache = cache_->counters();
+  s.cache = CacheView();
   if (memory_) s.file_memory = memory_->counters();
   s.staging_bytes = pool_.region_bytes();
   s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
@@ -438,7 +438,21 @@ Status FileSystem::Sync() {
 Status FileSystem::Prefetch(uint64_t ino) { return impl_->PrefetchIno(ino); }
 Result<uint64_t> FileSystem::ResolvePath(std::string_view path) { return impl_->ResolvePath(path); }
 Status FileSystem::DropCache() { return impl_->DropCache(); }
-CacheStats FileSystem::cache_stats() { return impl_->cache_->counters(); }
+CacheStats FileSystem::cache_stats() { return impl_->CacheView(); }
+
+CacheStats FileSystem::Impl::CacheView() const {
+  CacheStats c = cache_->counters();
+  if (!memory_) return c;
+  const FileMemoryCounters m = memory_->counters();
+  c.hits += m.hits;
+  c.entries += m.files;
+  c.bytes += m.bytes;
+  c.budget += m.budget_bytes;
+  c.prefetched_bytes += m.prefetched_bytes;
+  c.prefetch_used_bytes += m.prefetch_used_bytes;
+  c.prefetch_wasted_bytes += m.prefetch_wasted_bytes;
+  return c;
+}
 StatsSnapshot FileSystem::Stats() { return impl_->Stats(); }
 void FileSystem::SetEvictionListener(
     std::function<void(uint64_t, std::string_view, uint64_t)> fn) {

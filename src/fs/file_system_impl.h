@@ -95,6 +95,8 @@ class FileSystem::Impl {
   Result<uint64_t> ResolvePath(std::string_view path);
   Status DropCache();
   StatsSnapshot Stats();
+  // The RAM cache as operators see it: the chunk cache and file memory.
+  CacheStats CacheView() const;
   static Attr ToAttr(const index::Inode& rec);
   // The scheduler's options: the engine's defaults with options.lane_commands.
   static io::SchedulerOptions LaneOptions(const volume::Volume& volume,
@@ -354,9 +356,16 @@ class FileSystem::Impl {
   // The file version `i` holds now, or nullopt while any chunk is staged,
   // being written or failed (no version to hold). REQUIRES: i.mu held.
   static std::optional<MemoryVersion> CurrentMemoryVersion(const InodeState& i);
-  // The file memory that holds `i`'s bytes now (loading or loaded): the one
-  // its served opens use, or one of its current version. REQUIRES: i->mu held.
+  // The file memory of `i` that stands for its bytes now (loading, loaded
+  // or failed): the one its served opens use, or one of its current
+  // version. REQUIRES: i->mu held.
+  std::shared_ptr<FileMemory> CurrentMemory(const InodeRef& i);
+  // CurrentMemory unless its load failed. REQUIRES: i->mu held.
   std::shared_ptr<FileMemory> HeldMemory(const InodeRef& i);
+  // Loaded speculatively and not read yet, chunk cache and file memory.
+  uint64_t SpeculativeBytes() const {
+    return cache_->unused_prefetch_bytes() + (memory_ ? memory_->unused_prefetch_bytes() : 0);
+  }
   // Whether `i` may be loaded into file memory: a regular file with bytes,
   // no larger than prefetch_file_max_bytes, with a version to hold.
   // REQUIRES: i->mu held.
@@ -378,8 +387,11 @@ class FileSystem::Impl {
   Status ResizeServedMemory(const InodeRef& i, uint64_t size, bool grow_only);
   // The open's work under i->mu (O_TRUNC, the use, prefetch, the open
   // counts); `served`: the memory the open is served from, or null.
+  // With `pending`, `served` is a memory still loading that the open
+  // waits for (OpenServed): counted as open now, so that an unlink while
+  // it waits leaves an orphan the open can still use.
   Status OpenLocked(const InodeRef& i, int flags, bool kill_suidgid,
-                    const std::shared_ptr<FileMemory>& served);
+                    const std::shared_ptr<FileMemory>& served, bool pending = false);
   // file_ops.cc: copies what the kernel wrote into `m` through handle `fh`
   // into the file (write-behind, as write(2) would). `all`: even if the
   // memfd's change time did not move (writes through a shared map).

@@ -1,0 +1,162 @@
+// File memory (fs/file_memory.h) and the opens served from it
+// (FileSystem::OpenServed): which opens are served, the rule that keeps a
+// file's opens all served or all not, writers through served opens, and
+// the cache's budget. The kernel's side (passthrough) is tested on real
+// mounts (tests/integration/test_passthrough.py).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <future>
+
+#include "common/format.h"
+#include "fs/file_memory.h"
+#include "fs/stats.h"
+#include "fs_fixture.h"
+
+namespace kvfs::fs {
+namespace {
+
+class FileMemoryTest : public FsTest {
+ protected:
+  FileSystemOptions FsOpts() override {
+    FileSystemOptions o;
+    o.file_memory = true;
+    o.cache_bytes = 64 << 20;  // 48 MiB of file memory
+    return o;
+  }
+
+  FileSystem::Opened OpenServed(uint64_t ino, int flags, bool can_serve = true) {
+    std::promise<Result<FileSystem::Opened>> p;
+    fs_->OpenServed(
+        ino, flags, false, [can_serve](FileMemory&) { return can_serve; },
+        [&](Result<FileSystem::Opened> r) { p.set_value(std::move(r)); });
+    Result<FileSystem::Opened> r = p.get_future().get();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : FileSystem::Opened{};
+  }
+
+  // The bytes of a served open, as the kernel reads them.
+  static std::string KernelRead(const FileMemory& m) {
+    struct stat st;
+    EXPECT_EQ(fstat(m.fd(), &st), 0);
+    std::string out(static_cast<size_t>(st.st_size), '\0');
+    EXPECT_EQ(pread(m.fd(), out.data(), out.size(), 0), static_cast<ssize_t>(out.size()));
+    return out;
+  }
+
+  static void KernelWrite(const FileMemory& m, uint64_t off, const std::string& data) {
+    ASSERT_EQ(pwrite(m.fd(), data.data(), data.size(), static_cast<off_t>(off)),
+              static_cast<ssize_t>(data.size()));
+  }
+};
+
+TEST_F(FileMemoryTest, ReadOnlyOpenOfAFileIsServedWithItsExactBytes) {
+  const std::string data = Pattern(3 * (1 << 20) + 1234, 1);
+  const uint64_t ino = Store(kRootIno, "k", data);
+  ASSERT_TRUE(fs_->Sync().ok());
+  FileSystem::Opened o = OpenServed(ino, O_RDONLY);
+  ASSERT_NE(o.memory, nullptr);
+  EXPECT_EQ(KernelRead(*o.memory), data);
+  // The daemon's own read path reads the same memory.
+  auto r = ReadFh(o.fh, 1 << 20, 100);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, data.substr(1 << 20, 100));
+  fs_->Release(o.fh);
+  EXPECT_EQ(fs_->Stats().file_memory.served_opens, 1u);
+}
+
+TEST_F(FileMemoryTest, AFileJustWrittenIsServedFromItsBuffersBeforeTheDeviceHasThem) {
+  const std::string data = Pattern(2 * (1 << 20) + 7, 2);
+  const uint64_t ino = Store(kRootIno, "k", data);  // no Sync: writes may be in flight
+  FileSystem::Opened o = OpenServed(ino, O_RDONLY);
+  ASSERT_NE(o.memory, nullptr);
+  EXPECT_EQ(KernelRead(*o.memory), data);
+  fs_->Release(o.fh);
+}
+
+TEST_F(FileMemoryTest, NoOpenIsServedWhileAnotherOpenIsNot) {
+  const uint64_t ino = Store(kRootIno, "k", Pattern(1 << 20, 3));
+  auto w = fs_->Open(ino, O_WRONLY);  // a writer through the daemon
+  ASSERT_TRUE(w.ok());
+  FileSystem::Opened r = OpenServed(ino, O_RDONLY);
+  EXPECT_EQ(r.memory, nullptr);
+  fs_->Release(r.fh);
+  fs_->Release(*w);
+  // Nor a writer or an O_TRUNC open of a file nobody holds.
+  FileSystem::Opened w2 = OpenServed(ino, O_WRONLY);
+  EXPECT_EQ(w2.memory, nullptr);
+  fs_->Release(w2.fh);
+}
+
+TEST_F(FileMemoryTest, WhileOneOpenIsServedEveryOpenIsAndWritesReachTheFile) {
+  const std::string data = Pattern(1 << 20, 4);
+  const uint64_t ino = Store(kRootIno, "k", data);
+  FileSystem::Opened reader = OpenServed(ino, O_RDONLY);
+  ASSERT_NE(reader.memory, nullptr);
+  // A writer and an O_TRUNC open: served from the same memory.
+  FileSystem::Opened writer = OpenServed(ino, O_RDWR);
+  ASSERT_EQ(writer.memory, reader.memory);
+  KernelWrite(*writer.memory, 10, "written by the kernel");
+  KernelWrite(*writer.memory, data.size(), "tail");
+  // Its size shows before the bytes are written out.
+  auto a = fs_->GetAttr(ino);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->size, data.size() + 4);
+  ASSERT_TRUE(fs_->Flush(writer.fh).ok());  // close(2): written out
+  fs_->Release(writer.fh);
+  std::string want = data + "tail";
+  want.replace(10, 21, "written by the kernel");
+  EXPECT_EQ(KernelRead(*reader.memory), want);
+  // A truncate resizes what the reader sees.
+  SetAttrRequest t;
+  t.size = 4096;
+  ASSERT_TRUE(fs_->SetAttr(ino, t, 0).ok());
+  EXPECT_EQ(KernelRead(*reader.memory), want.substr(0, 4096));
+  fs_->Release(reader.fh);
+  ASSERT_TRUE(fs_->Sync().ok());
+  Remount();
+  auto o = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  auto r = ReadFh(*o, 0, 1 << 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, want.substr(0, 4096));
+  fs_->Release(*o);
+}
+
+TEST_F(FileMemoryTest, AnOpenTheFrontEndCannotServeIsAnOrdinaryOne) {
+  const uint64_t ino = Store(kRootIno, "k", Pattern(1 << 20, 5));
+  FileSystem::Opened o = OpenServed(ino, O_RDONLY, /*can_serve=*/false);
+  EXPECT_EQ(o.memory, nullptr);
+  auto r = ReadFh(o.fh, 0, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, Pattern(1 << 20, 5).substr(0, 10));
+  fs_->Release(o.fh);
+}
+
+TEST_F(FileMemoryTest, TheBudgetHoldsAndOpenFilesAreNotDropped) {
+  std::vector<uint64_t> inos;
+  for (int i = 0; i < 20; i++) {
+    inos.push_back(Store(kRootIno, "k" + std::to_string(i), Pattern(4 << 20, i)));
+  }
+  ASSERT_TRUE(fs_->Sync().ok());
+  FileSystem::Opened held = OpenServed(inos[0], O_RDONLY);
+  ASSERT_NE(held.memory, nullptr);
+  for (size_t i = 1; i < inos.size(); i++) {
+    FileSystem::Opened o = OpenServed(inos[i], O_RDONLY);
+    ASSERT_NE(o.memory, nullptr) << i;
+    EXPECT_EQ(KernelRead(*o.memory), Pattern(4 << 20, static_cast<int>(i)));
+    fs_->Release(o.fh);
+    const FileMemoryCounters c = fs_->Stats().file_memory;
+    EXPECT_LE(c.bytes, c.budget_bytes);
+  }
+  EXPECT_GT(fs_->Stats().file_memory.dropped, 0u);
+  // The held file kept its memory: a second open is served from it.
+  FileSystem::Opened again = OpenServed(inos[0], O_RDONLY);
+  EXPECT_EQ(again.memory, held.memory);
+  EXPECT_EQ(KernelRead(*again.memory), Pattern(4 << 20, 0));
+  fs_->Release(again.fh);
+  fs_->Release(held.fh);
+}
+
+}  // namespace
+}  // namespace kvfs::fs
