@@ -91,6 +91,40 @@ def test_llmd_publish_is_byte_exact_and_survives_remount(vol, size, how):
     assert os.stat(os.path.join(d, "key.bin")).st_nlink == 1
 
 
+def test_unprivileged_connector_publishes_and_cannot_publish_where_it_may_not_write(vol):
+    # Connectors do not run as root: the unnamed file is the caller's, and
+    # the kernel's permission checks (default_permissions) apply as for a
+    # create: write permission on the directory.
+    user = 65534
+    open_dir, closed_dir = vol.p("open"), vol.p("closed")
+    os.mkdir(open_dir, 0o777)
+    os.chmod(open_dir, 0o777)
+    os.mkdir(closed_dir, 0o755)
+    data = os.urandom(300000)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.setgroups([])
+            os.setgid(user)
+            os.setuid(user)
+            publish(open_dir, "key", data)
+            try:
+                os.open(closed_dir, os.O_TMPFILE | os.O_WRONLY, 0o644)
+                code = 2
+            except PermissionError:
+                pass
+        except BaseException:  # noqa: BLE001 - the exit code says it
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    st = os.stat(os.path.join(open_dir, "key"))
+    assert (st.st_uid, st.st_gid, st.st_nlink) == (user, user, 1)
+    assert read(os.path.join(open_dir, "key")) == data
+    assert os.listdir(closed_dir) == []
+
+
 def test_many_keys_published_in_a_row_are_each_exact(vol):
     keys = {f"k{i:03d}": os.urandom(64 << 10 | i) for i in range(50)}
     for name, data in keys.items():
