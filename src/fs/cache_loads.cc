@@ -104,7 +104,7 @@ std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
 }
 
 bool FileSystem::Impl::MemoryEligible(const InodeRef& i) {
-  return memory_ && i->is_reg() && !i->deleted && i->rec.size > 0 &&
+  return memory_ && i->is_reg() && !i->deleted && i->rec.size >= kMinFileMemoryBytes &&
          i->rec.size <= options_.prefetch_file_max_bytes && !verifier_.enabled() &&
          CurrentMemoryVersion(*i).has_value();
 }

@@ -366,8 +366,9 @@ class FileSystem::Impl {
   uint64_t SpeculativeBytes() const {
     return cache_->unused_prefetch_bytes() + (memory_ ? memory_->unused_prefetch_bytes() : 0);
   }
-  // Whether `i` may be loaded into file memory: a regular file with bytes,
-  // no larger than prefetch_file_max_bytes, with a version to hold.
+  // Whether `i` may be loaded into file memory: a regular file of at least
+  // kMinFileMemoryBytes and at most prefetch_file_max_bytes, with a
+  // version to hold.
   // REQUIRES: i->mu held.
   bool MemoryEligible(const InodeRef& i);
   // Starts loading `i` into a new file memory: its device reads are
@@ -412,6 +413,10 @@ class FileSystem::Impl {
   static constexpr size_t kRetainedReadahead =
       2 * ReadaheadDetector::kStreams * ReadaheadDetector::kFiles;
 
+  // Smaller files stay in the chunk cache: making a file's memory costs a
+  // few system calls, which a stat storm over tiny files (prefetching each)
+  // would pay per name, for a load that saves one request.
+  static constexpr uint64_t kMinFileMemoryBytes = 64 << 10;
   // ~200,000 entries of 120-byte names: a connector's working set of keys
   // and the directories they sit in.
   static constexpr size_t kEntryCacheBytes = 48ull << 20;

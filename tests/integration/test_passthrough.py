@@ -20,7 +20,8 @@ from conftest import FUSERMOUNT, MiB, _live_mounts
 
 FSCK_BIN = os.environ.get("FSCK_KVFS_BIN", "")
 
-SIZES = [1, 4096, 256 * 1024 + 17, 4 * MiB, 24 * MiB + 4096]
+SIZES = [64 * 1024, 256 * 1024 + 17, 4 * MiB, 24 * MiB + 4096]
+SMALL = [1, 4096, 64 * 1024 - 1]  # served through the daemon
 
 
 def stats(vol):
@@ -104,6 +105,14 @@ def test_passthrough_is_on_and_loads_send_no_read(vol):
 
         assert reads_of(vol, loads) == 0, "a load served by the kernel sent READ requests"
         assert served(vol) - before_served == len(SIZES)
+    # Files under 64 KiB: through the daemon, bytes equal.
+    for i, n in enumerate(SMALL):
+        store(vol.p(f"s{i}"), pattern(n, i))
+    before = served(vol)
+    for i, n in enumerate(SMALL):
+        assert load(vol.p(f"s{i}")) == pattern(n, i)
+        assert load(vol.p(f"s{i}"), True) == pattern(n, i)
+    assert served(vol) == before
     # The bytes survive a remount (and come back from the device).
     vol.remount()
     for i, n in enumerate(SIZES):
