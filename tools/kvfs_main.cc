@@ -67,10 +67,14 @@ constexpr const char* kUsage =
     "  entry_timeout=S       kernel caching of names, seconds (10)\n"
     "  attr_timeout=S        kernel caching of attributes, seconds (10)\n"
     "  negative_timeout=S    kernel caching of missing names, seconds (10; 0: off)\n"
+    "  default_permissions   let the kernel check permissions (it then asks for a\n"
+    "                        directory's attributes after each change in it);\n"
+    "                        without it kvfs checks them itself on Linux 6.16+\n"
     "  max_threads=N         threads for FUSE requests that may wait, such as\n"
     "                        writes (64)\n"
-    "  spin_us=N             the thread receiving FUSE requests polls for the next\n"
-    "                        one this long before it sleeps, microseconds (50)\n"
+    "  spin_us=N             the thread receiving FUSE requests from /dev/fuse polls\n"
+    "                        for the next one this long before it sleeps,\n"
+    "                        microseconds (50)\n"
     "  transport=T           how FUSE requests travel: uring (FUSE over io_uring,\n"
     "                        Linux 6.14+, enable_uring=Y; else the mount fails),\n"
     "                        dev (/dev/fuse) or auto (uring where the kernel\n"
@@ -146,6 +150,7 @@ struct Config {
   char* evict_scope = nullptr;
   unsigned evict_wait_ms = 2000;
   int fault_injection = 0;
+  int default_permissions = 0;
   char* fault_eio = nullptr;
   int shape = 0;
   char* shape_spec = nullptr;
@@ -183,6 +188,7 @@ const fuse_opt kOptions[] = {
     KVFS_OPT("attr_timeout=%lf", attr_timeout),
     KVFS_OPT("negative_timeout=%lf", negative_timeout),
     KVFS_OPT("max_threads=%u", max_threads),
+    KVFS_OPT("default_permissions", default_permissions),
     KVFS_OPT("spin_us=%u", spin_us),
     KVFS_OPT("transport=%s", transport),
     KVFS_OPT("passthrough=%s", passthrough),
@@ -570,6 +576,7 @@ int main(int argc, char** argv) {
   mopt.timeouts.negative_s = cfg.negative_timeout;
   mopt.max_threads = cfg.max_threads;
   mopt.spin_us = cfg.spin_us;
+  mopt.kernel_permissions = cfg.default_permissions != 0;
   if (cfg.transport != nullptr && !kvfs::fuse::ParseTransport(cfg.transport, &mopt.transport)) {
     Fail(std::string("transport=") + cfg.transport + ": not one of auto, uring, dev");
   }

@@ -329,6 +329,10 @@ void FileSystem::Forget(uint64_t ino, uint64_t n) { impl_->Forget(ino, n); }
 Result<Attr> FileSystem::GetAttr(uint64_t ino) {
   return Run(Call::kGetAttr, [&] { return impl_->GetAttr(ino); });
 }
+Result<Attr> FileSystem::PeekAttr(uint64_t ino) { return impl_->PeekAttr(ino); }
+Result<Attr> FileSystem::PeekEntry(uint64_t p, std::string_view n) {
+  return impl_->PeekEntry(p, n);
+}
 Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t) {
   return Run(Call::kSetAttr, [&] { return impl_->SetAttr(ino, req); });
 }

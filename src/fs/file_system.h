@@ -176,6 +176,14 @@ class FileSystem {
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                 std::string_view new_name, unsigned flags);
 
+  // For permission checks made outside fs/ (fuse/permissions.h): the
+  // attributes of `ino`, or of the entry `name` in `parent` (ENOENT if
+  // there is none), with none of a Lookup's or GetAttr's side effects (no
+  // kernel lookup count, no prefetch, no use for eviction, not counted in
+  // the stats). Any thread.
+  Result<Attr> PeekAttr(uint64_t ino);
+  Result<Attr> PeekEntry(uint64_t parent, std::string_view name);
+
   // --- Regular files. Handles are opaque non-zero numbers.
   struct Created {
     Attr attr;

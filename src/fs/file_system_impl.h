@@ -116,6 +116,8 @@ class FileSystem::Impl {
   Attr AttrAndPrefetch(const InodeRef& inode, bool only_idle);
   void Forget(uint64_t ino, uint64_t nlookup) { table_.Forget(ino, nlookup); }
   Result<Attr> GetAttr(uint64_t ino);
+  Result<Attr> PeekAttr(uint64_t ino);
+  Result<Attr> PeekEntry(uint64_t parent, std::string_view name);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
   Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
   Status RmDir(uint64_t parent, std::string_view name);

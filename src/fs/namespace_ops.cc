@@ -94,6 +94,24 @@ Result<Attr> FileSystem::Impl::GetAttr(uint64_t ino) {
   return AttrAndPrefetch(i, /*only_idle=*/true);
 }
 
+Result<Attr> FileSystem::Impl::PeekAttr(uint64_t ino) {
+  KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
+  std::lock_guard<std::mutex> l(i->mu);
+  return ToAttr(i->rec);
+}
+
+Result<Attr> FileSystem::Impl::PeekEntry(uint64_t parent, std::string_view name) {
+  if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
+  InodeRef child;
+  {
+    std::shared_lock<NamespaceLock> ns(ns_mu_);  // changes nothing ns_mu_ guards
+    KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
+    KVFS_ASSIGN_OR_RETURN(child, table_.Get(ino));
+  }
+  std::lock_guard<std::mutex> l(child->mu);
+  return ToAttr(child->rec);
+}
+
 Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   std::unique_lock<std::mutex> l(i->mu);

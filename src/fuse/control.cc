@@ -2,6 +2,7 @@
 #include "fuse/control.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "fs/stats.h"
 #include "fuse/op_counters.h"
+#include "fuse/permissions.h"
 #include "fuse/reply.h"
 #include "fuse/stats_render.h"
 #include "fuse/passthrough.h"
@@ -81,6 +83,14 @@ struct stat StatOf(const Node& n) {
   st.st_blksize = 4096;
   st.st_atim = st.st_mtim = st.st_ctim = StartTime();
   return st;
+}
+
+// What permission checks see of a control node (root's, its mode).
+fs::Attr AttrOf(const Node& n) {
+  fs::Attr a;
+  a.ino = n.ino;
+  a.mode = n.mode;
+  return a;
 }
 
 // What an open control file's handle holds.
@@ -203,7 +213,7 @@ Status Evict(fs::FileSystem& fs, std::string_view text) {
 
 }  // namespace
 
-void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name, bool cacheable) {
   SessionState& s = StateOf(req);
   const Node* found = nullptr;
   if (IsControlName(parent, name)) {
@@ -223,8 +233,21 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   e.generation = 1;
   e.attr = StatOf(*found);
   e.attr_timeout = s.timeouts.attr_s;
-  e.entry_timeout = s.timeouts.entry_s;
+  e.entry_timeout = cacheable ? s.timeouts.entry_s : 0;
   fuse_reply_entry(req, &e);
+}
+
+void Access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  const Node* n = NodeOf(ino);
+  if (n == nullptr) {
+    ReplyStatus(req, Status::Error(ENOENT, ".kvfs: no such inode"), "access");
+    return;
+  }
+  int want = 0;
+  if (mask & R_OK) want |= fs::kMayRead;
+  if (mask & W_OK) want |= fs::kMayWrite;
+  if (mask & X_OK) want |= fs::kMayExec;
+  ReplyStatus(req, perm::Check(req, AttrOf(*n), want), "access");
 }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino) {
@@ -251,6 +274,14 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, int to_set) {
   if ((to_set & ~kIgnored) != 0) {
     ReplyStatus(req, Status::Error(EPERM, ".kvfs: mode and owner are fixed"), "setattr");
     return;
+  }
+  // truncate(2) asks for write permission, as the kernel's own check did.
+  if (to_set & FUSE_SET_ATTR_SIZE) {
+    Status st = perm::Check(req, AttrOf(*n), fs::kMayWrite);
+    if (!st.ok()) {
+      ReplyStatus(req, st, "setattr");
+      return;
+    }
   }
   struct stat st = StatOf(*n);
   fuse_reply_attr(req, &st, StateOf(req).timeouts.attr_s);

@@ -67,8 +67,12 @@ inline bool IsControlName(fuse_ino_t parent, const char* name) {
 
 // Handlers for Owns(ino) (or, for Lookup, parent == kDirIno or
 // IsControlName). Each replies exactly once.
-void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+// `cacheable` false: .kvfs in a root directory not everyone may search
+// (fuse/permissions.h) gets no entry timeout.
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name, bool cacheable = true);
 void GetAttr(fuse_req_t req, fuse_ino_t ino);
+// access(2): the nodes' modes, as the kernel's own check saw them.
+void Access(fuse_req_t req, fuse_ino_t ino, int mask);
 // Only size changes are accepted (and ignored: `echo 1 > f` truncates);
 // anything else is EPERM.
 void SetAttr(fuse_req_t req, fuse_ino_t ino, int to_set);

@@ -14,6 +14,7 @@
 
 #include "fuse/control.h"
 #include "fuse/ops.h"
+#include "fuse/permissions.h"
 #include "fuse/request_loop.h"
 
 namespace kvfs::fuse {
@@ -141,6 +142,7 @@ fuse_lowlevel_ops Operations() {
   op.rmdir = ops::RmDir;
   op.unlink = ops::Unlink;
   op.rename = ops::Rename;
+  op.access = ops::Access;
   op.link = ops::Link;
   op.symlink = ops::Symlink;
   op.create = ops::Create;
@@ -182,13 +184,16 @@ Result<std::unique_ptr<Mount>> Mount::Create(const MountOptions& options, fuse_a
   m->passthrough_ = std::make_unique<Passthrough>(options.passthrough);
   m->state_->passthrough = m->passthrough_.get();
 
-  // The kernel checks mode bits (fs/ checks only what it cannot); max_read
-  // must match what Init() asks for, or libfuse refuses the connection.
+  // kvfs checks mode bits itself (fuse/permissions.h) where the kernel can
+  // drop its cached names at once; default_permissions would cost a store
+  // two GETATTRs of its directory. max_read must match what Init() asks
+  // for, or libfuse refuses the connection.
   if (options.transport != Transport::kDev) {
     m->state_->max_read = std::max(kMaxRequestBytes, options.max_request);
   }
-  std::string kernel_opts =
-      "-odefault_permissions,max_read=" + std::to_string(m->state_->max_read);
+  m->state_->kvfs_permissions = !options.kernel_permissions && perm::KernelCanDropAllNames();
+  std::string kernel_opts = "-omax_read=" + std::to_string(m->state_->max_read);
+  if (!m->state_->kvfs_permissions) kernel_opts += ",default_permissions";
   // Root mounts serve everyone (connectors often run as another user);
   // the mode bits still decide who may do what.
   if (geteuid() == 0) kernel_opts += ",allow_other";
@@ -232,7 +237,12 @@ Status Mount::MountAt(fs::FileSystem& fs, const std::string& mountpoint) {
   uo.required = options_.transport == Transport::kUring;
   uo.entries_per_queue = options_.uring_entries;
   uo.max_request = options_.max_request;
-  uo.spin = std::chrono::microseconds(options_.spin_us);
+  // No spin on the queues: a request comes to the queue of the CPU its
+  // caller runs on, so a spinning queue thread only takes the CPU that
+  // caller needs to make its next request (docs/budget.md: cold stat storms
+  // 1.5-2x faster without it, half the daemon CPU per stat). spin_us is the
+  // /dev/fuse receiver's.
+  uo.spin = std::chrono::microseconds(0);
   uo.passthrough = passthrough_.get();
   auto t = UringTransport::Install(se_, uo);
   if (!t.ok()) return t.status();

@@ -51,6 +51,9 @@ struct MountOptions {
   Transport transport = Transport::kAuto;
   unsigned uring_entries = 16;
   uint32_t max_request = 1 << 20;  // io_uring transport: largest read/write
+  // Leave permission checks to the kernel (default_permissions) even where
+  // kvfs could make them (fuse/permissions.h); always so before Linux 6.16.
+  bool kernel_permissions = false;
   // Loads served by the kernel from file memory (fuse/passthrough.h).
   PassthroughMode passthrough = PassthroughMode::kAuto;
 };

@@ -22,6 +22,8 @@ void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name);
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name);
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
             const char* newname, unsigned int flags);
+// access(2), chdir(2): only sent without default_permissions.
+void Access(fuse_req_t req, fuse_ino_t ino, int mask);
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
 void Symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name);
 

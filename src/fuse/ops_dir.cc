@@ -8,6 +8,7 @@
 
 #include "fuse/control.h"
 #include "fuse/ops.h"
+#include "fuse/permissions.h"
 #include "fuse/reply.h"
 
 namespace kvfs::fuse::ops {
@@ -18,6 +19,11 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   SessionState& s = StateOf(req);
+  Status may = perm::MayOpen(req, ino, fi->flags);
+  if (!may.ok()) {
+    ReplyStatus(req, may, "opendir");
+    return;
+  }
   Result<uint64_t> r = NoThrow([&] { return s.fs->OpenDir(ino); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "opendir");

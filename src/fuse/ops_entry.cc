@@ -10,6 +10,7 @@
 
 #include "fuse/control.h"
 #include "fuse/ops.h"
+#include "fuse/permissions.h"
 #include "fuse/reply.h"
 
 namespace kvfs::fuse::ops {
@@ -34,6 +35,21 @@ bool RefusedForControl(fuse_req_t req, fuse_ino_t parent, const char* name, int 
   return false;
 }
 
+// Replies with `st` and returns true if it is an error (a refused check).
+bool Denied(fuse_req_t req, const Status& st, const char* op) {
+  if (st.ok()) return false;
+  ReplyStatus(req, st, op);
+  return true;
+}
+
+// An entry in a directory not everyone may search is not cached: each walk
+// through it comes back as a LOOKUP, whose caller is checked.
+fuse_entry_param EntryIn(const fs::Attr& attr, const CacheTimeouts& t, bool cacheable) {
+  fuse_entry_param e = EntryParam(attr, t);
+  if (!cacheable) e.entry_timeout = 0;
+  return e;
+}
+
 // Times are kept as int64 nanoseconds since the epoch (years 1678-2262). A
 // time outside is clamped to the nearest end, as kernel filesystems clamp
 // to their own range (the kernel leaves that to a FUSE daemon).
@@ -50,19 +66,22 @@ int64_t ToNs(const timespec& ts) {
 }  // namespace
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  // Search permission on `parent` first, as the kernel's walk checks it.
+  bool cacheable;
+  if (Denied(req, perm::MayLookup(req, parent, &cacheable), "lookup")) return;
   // The control directory shadows anything in the index of that name.
   if (control::Owns(parent) || control::IsControlName(parent, name)) {
-    control::Lookup(req, parent, name);
+    control::Lookup(req, parent, name, cacheable);
     return;
   }
   SessionState& s = StateOf(req);
   Result<fs::Attr> r = NoThrow([&] { return s.fs->Lookup(parent, name); });
   if (r.ok()) {
-    fuse_entry_param e = EntryParam(*r, s.timeouts);
+    fuse_entry_param e = EntryIn(*r, s.timeouts, cacheable);
     fuse_reply_entry(req, &e);
     return;
   }
-  if (r.status().code() == ENOENT && s.timeouts.negative_s > 0) {
+  if (r.status().code() == ENOENT && s.timeouts.negative_s > 0 && cacheable) {
     // A negative entry (ino 0): the kernel remembers that the name does not
     // exist, so connectors probing for missing keys cost no round trip.
     // Safe because every create of the name goes through this kernel.
@@ -117,8 +136,16 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     return;
   }
   SessionState& s = StateOf(req);
+  uint32_t mode = attr->st_mode & 07777;
+  bool narrowed;
+  if (Denied(req,
+             perm::MaySetAttr(req, ino, to_set, fi != nullptr, &mode, attr->st_uid, attr->st_gid,
+                              &narrowed),
+             "setattr")) {
+    return;
+  }
   fs::SetAttrRequest q;
-  if (to_set & FUSE_SET_ATTR_MODE) q.mode = attr->st_mode & 07777;
+  if (to_set & FUSE_SET_ATTR_MODE) q.mode = mode;
   if (to_set & FUSE_SET_ATTR_UID) q.uid = attr->st_uid;
   if (to_set & FUSE_SET_ATTR_GID) q.gid = attr->st_gid;
   if (to_set & FUSE_SET_ATTR_SIZE) q.size = static_cast<uint64_t>(attr->st_size);
@@ -144,6 +171,9 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     ReplyStatus(req, r.status(), "setattr");
     return;
   }
+  // A directory that someone may no longer search: the kernel's cached
+  // names under it would let a walk through without asking.
+  if (narrowed) perm::DropAllNames(req);
   struct stat st = ToStat(*r);
   fuse_reply_attr(req, &st, s.timeouts.attr_s);
 }
@@ -151,13 +181,15 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
 void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   if (RefusedForControl(req, parent, name, EEXIST, "mkdir")) return;
   SessionState& s = StateOf(req);
+  bool cacheable;
+  if (Denied(req, perm::MayCreate(req, parent, &cacheable), "mkdir")) return;
   fs::Caller caller = CallerOf(req);
   Result<fs::Attr> r = NoThrow([&] { return s.fs->MkDir(parent, name, mode & 07777, caller); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "mkdir");
     return;
   }
-  fuse_entry_param e = EntryParam(*r, s.timeouts);
+  fuse_entry_param e = EntryIn(*r, s.timeouts, cacheable);
   fuse_reply_entry(req, &e);
 }
 
@@ -170,6 +202,8 @@ void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
   }
   // mknod(S_IFREG) is create + close.
   SessionState& s = StateOf(req);
+  bool cacheable;
+  if (Denied(req, perm::MayCreate(req, parent, &cacheable), "mknod")) return;
   fs::Caller caller = CallerOf(req);
   Result<fs::FileSystem::Created> r = NoThrow(
       [&] { return s.fs->Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL, caller); });
@@ -179,18 +213,20 @@ void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
   }
   Status rel = NoThrowVoid([&] { s.fs->Release(r->fh); });
   if (!rel.ok()) spdlog::error("mknod: release of handle {}: {}", r->fh, rel.ToString());
-  fuse_entry_param e = EntryParam(r->attr, s.timeouts);
+  fuse_entry_param e = EntryIn(r->attr, s.timeouts, cacheable);
   fuse_reply_entry(req, &e);
 }
 
 void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   if (RefusedForControl(req, parent, name, EPERM, "rmdir")) return;
+  if (Denied(req, perm::MayDelete(req, parent, name), "rmdir")) return;
   SessionState& s = StateOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->RmDir(parent, name); }), "rmdir");
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   if (RefusedForControl(req, parent, name, EPERM, "unlink")) return;
+  if (Denied(req, perm::MayDelete(req, parent, name), "unlink")) return;
   SessionState& s = StateOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->Unlink(parent, name); }), "unlink");
 }
@@ -201,9 +237,25 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
       RefusedForControl(req, newparent, newname, EPERM, "rename")) {
     return;
   }
+  bool drop_names;
+  if (Denied(req, perm::MayRename(req, parent, name, newparent, newname, &drop_names),
+             "rename")) {
+    return;
+  }
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs->Rename(parent, name, newparent, newname, flags); }),
-              "rename");
+  Status st = NoThrow([&] { return s.fs->Rename(parent, name, newparent, newname, flags); });
+  // The moved name keeps the kernel's cache time in a directory where names
+  // are not cached.
+  if (st.ok() && drop_names) perm::DropAllNames(req);
+  ReplyStatus(req, st, "rename");
+}
+
+void Access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  if (control::Owns(ino)) {
+    control::Access(req, ino, mask);
+    return;
+  }
+  ReplyStatus(req, perm::MayAccess(req, ino, mask), "access");
 }
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
@@ -215,12 +267,16 @@ void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newn
   }
   if (RefusedForControl(req, newparent, newname, EEXIST, "link")) return;
   SessionState& s = StateOf(req);
+  // link(2) checks the new name's directory as a create does (vfs_link:
+  // may_create), before asking the filesystem.
+  bool cacheable;
+  if (Denied(req, perm::MayCreate(req, newparent, &cacheable), "link")) return;
   Result<fs::Attr> r = NoThrow([&] { return s.fs->Link(ino, newparent, newname); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "link");
     return;
   }
-  fuse_entry_param e = EntryParam(*r, s.timeouts);
+  fuse_entry_param e = EntryIn(*r, s.timeouts, cacheable);
   if (fuse_reply_entry(req, &e) == -ENOENT) {
     // Interrupted: the kernel does not count the lookup (the name stays).
     Status st = NoThrowVoid([&] { s.fs->Forget(ino, 1); });

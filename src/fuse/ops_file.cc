@@ -20,6 +20,7 @@
 #include "fuse/control.h"
 #include "fuse/passthrough.h"
 #include "fuse/ops.h"
+#include "fuse/permissions.h"
 #include "fuse/reply.h"
 #include "fuse/request_loop.h"
 #include "fuse/tmpfile.h"
@@ -98,6 +99,12 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     return;
   }
   SessionState& s = StateOf(req);
+  bool cacheable;
+  Status may = perm::MayCreate(req, parent, &cacheable);
+  if (!may.ok()) {
+    ReplyStatus(req, may, "create");
+    return;
+  }
   fs::Caller caller = CallerOf(req);
   // O_TMPFILE arrives as a create of kTmpfileName (fuse/tmpfile.h): a file
   // with no name, until a link names it.
@@ -111,6 +118,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   }
   SetOpenFlags(fi, r->fh);
   fuse_entry_param e = EntryParam(r->attr, s.timeouts);
+  if (!cacheable) e.entry_timeout = 0;  // fuse/permissions.h
   if (fuse_reply_create(req, &e, fi) == -ENOENT) {
     // The open(2) was interrupted: the kernel will never use or release this
     // handle, nor count the lookup reference. The file itself stays created.
@@ -128,6 +136,11 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   SessionState& s = StateOf(req);
+  Status may = perm::MayOpen(req, ino, fi->flags);
+  if (!may.ok()) {
+    ReplyStatus(req, may, "open");
+    return;
+  }
   // An unprivileged O_TRUNC open clears setuid/setgid (KillsSuidGid).
   const bool kill = KillsSuidGid(req);
   if (s.passthrough != nullptr && s.passthrough->active()) {

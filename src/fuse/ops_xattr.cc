@@ -11,6 +11,7 @@
 #include "fs/xattr.h"
 #include "fuse/control.h"
 #include "fuse/ops.h"
+#include "fuse/permissions.h"
 #include "fuse/reply.h"
 
 namespace kvfs::fuse::ops {
@@ -38,6 +39,11 @@ void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
     return;
   }
   SessionState& s = StateOf(req);
+  Status may = perm::MayXattr(req, ino, name, /*write=*/true);
+  if (!may.ok()) {
+    ReplyStatus(req, may, "setxattr");
+    return;
+  }
   if (control::kPrefetchXattr == name) {
     ReplyStatus(req, NoThrow([&] { return s.fs->Prefetch(ino); }), "setxattr");
     return;
@@ -55,6 +61,11 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     return;
   }
   SessionState& s = StateOf(req);
+  Status may = perm::MayXattr(req, ino, name, /*write=*/false);
+  if (!may.ok()) {
+    ReplyStatus(req, may, "getxattr");
+    return;
+  }
   const fs::Caller caller = CallerOf(req);
   Result<std::string> r = NoThrow([&] { return s.fs->GetXattr(ino, name, caller); });
   if (!r.ok()) {
@@ -85,6 +96,11 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
     return;
   }
   SessionState& s = StateOf(req);
+  Status may = perm::MayXattr(req, ino, name, /*write=*/true);
+  if (!may.ok()) {
+    ReplyStatus(req, may, "removexattr");
+    return;
+  }
   const fs::Caller caller = CallerOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->RemoveXattr(ino, name, caller); }),
               "removexattr");

@@ -85,6 +85,9 @@ struct SessionState {
   Interrupts interrupts;
   // Writes wait while another caller reads (io/read_priority.h).
   io::ReadPriority read_priority;
+  // kvfs checks permissions itself (fuse/permissions.h): the mount has no
+  // default_permissions. Set before the mount.
+  bool kvfs_permissions = false;
   // The libfuse session, for notifications to the kernel (the batch ioctl
   // changes names behind the kernel's dentry cache). Set once, right after
   // the session is made, before any request.
