@@ -114,6 +114,21 @@ def test_unprivileged_connector_publishes_and_cannot_publish_where_it_may_not_wr
                 code = 2
             except PermissionError:
                 pass
+            # Nor link into it an unnamed file made where it may write.
+            fd = os.open(open_dir, os.O_TMPFILE | os.O_WRONLY, 0o644)
+            try:
+                linkat(fd, "", -100, os.path.join(closed_dir, "key"), AT_EMPTY_PATH)
+                code = 3
+            except PermissionError:
+                pass
+            try:
+                linkat(-100, f"/proc/self/fd/{fd}", -100, os.path.join(closed_dir, "key"),
+                       AT_SYMLINK_FOLLOW)
+                code = 4
+            except PermissionError as e:
+                if e.errno != errno.EACCES:
+                    code = 5
+            os.close(fd)
         except BaseException:  # noqa: BLE001 - the exit code says it
             code = 1
         os._exit(code)
