@@ -68,6 +68,7 @@ enum class Call : uint8_t {
   kWriteFile,
   kDeleteFile,
   kPrefetchFile,
+  kLink,          // the link that names an unnamed (O_TMPFILE) file
   kCount
 };
 
@@ -103,6 +104,7 @@ constexpr CallRules RulesOf(Call c) {
     case Call::kUnlink:
     case Call::kRename:
     case Call::kCreate:
+    case Call::kLink:
       return {true, false};
     // Changes only with OpenChanges(flags); O_TRUNC to 0 stages nothing.
     case Call::kOpen:

@@ -370,6 +370,13 @@ Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, u
                                                int flags, const Caller& c) {
   return Run(Call::kCreate, [&] { return impl_->Create(p, n, mode, flags, c); });
 }
+Result<FileSystem::Created> FileSystem::CreateUnnamed(uint64_t p, uint32_t mode, int flags,
+                                                      const Caller& c) {
+  return Run(Call::kCreate, [&] { return impl_->CreateUnnamed(p, mode, flags, c); });
+}
+Result<Attr> FileSystem::Link(uint64_t ino, uint64_t np, std::string_view nn) {
+  return Run(Call::kLink, [&] { return impl_->Link(ino, np, nn); });
+}
 Result<uint64_t> FileSystem::Open(uint64_t ino, int flags, KillPriv* kill) {
   return Run(Call::kOpen, OpenChanges(flags),
              [&] { return impl_->Open(ino, flags, kill); });

@@ -207,6 +207,26 @@ class FileSystem {
   // Lookup+Open for an existing one).
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                          const Caller& caller);
+  // open(O_TMPFILE) in directory `parent`: a new regular file with no name
+  // (nlink 0), returned open as Create() returns one, with one kernel
+  // lookup. The index records it at once as an orphan, exactly as a file
+  // unlinked while open: its last Release() without a Link() deletes it,
+  // and after a crash the next mount (or fsck.kvfs) reclaims it. Unless
+  // `flags` has O_EXCL, one Link() may name it. ENOTDIR; ENOENT for a
+  // removed directory; EPERM for a type other than a regular file.
+  Result<Created> CreateUnnamed(uint64_t parent, uint32_t mode, int flags, const Caller& caller);
+  // link(2) of inode `ino` as `new_name` in `new_parent`. Only the one link
+  // that names a file of CreateUnnamed() (the O_TMPFILE + linkat publish)
+  // is supported: any other file, one already named by a Link() included,
+  // gets EPERM (kvfs has no hard links). ENOENT if the unnamed file's last
+  // handle is gone or `new_parent` was removed; EEXIST, ENOTDIR,
+  // ENAMETOOLONG. Like a rename, the name reaches the index only after
+  // every data write of the file made before the call has completed (and
+  // the devices were flushed), and the orphan record goes in the same
+  // commit: after a crash the name holds all of that data, or there is no
+  // name and the file is reclaimed. Adds one kernel lookup (the kernel
+  // counts the entry it gets back).
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
   // O_TRUNC truncates to 0. EISDIR for a directory. `kill` (non-null)
   // with O_TRUNC: the opener is unprivileged, so the truncate clears
   // S_ISUID and S_ISGID as fs/killpriv.h says, as on every Linux

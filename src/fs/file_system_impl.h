@@ -13,6 +13,7 @@
 //   changes.cc         building index changes, the committer's callbacks,
 //                      freeing replaced extents after readers
 //   file_ops.cc        create/open/flush/release/fsync/fallocate, read(2)
+//   tmpfile_ops.cc     O_TMPFILE files and the one link that names them
 //   write_behind.cc    staging, chunk submission, chunk written, truncate
 //   read_path.cc       planning and running reads (read(2) and ReadFile)
 //   cache_loads.cc     loading files into the RAM cache (prefetch, hints)
@@ -178,6 +179,9 @@ class FileSystem::Impl {
   void OpenServed(uint64_t ino, int flags, KillPriv* kill,
                   std::function<bool(FileMemory&)> can_serve,
                   std::function<void(Result<Opened>)> done);
+  // --- tmpfile_ops.cc (contracts in file_system.h)
+  Result<Created> CreateUnnamed(uint64_t parent, uint32_t mode, int flags, const Caller& caller);
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel);
   Status Flush(uint64_t fh);
   // Never takes ns_mu_ (it runs on the request receiver): an unlinked

@@ -116,6 +116,9 @@ struct InodeState {
   // The change that made it an orphan is queued: its delete may follow
   // (FileSystem::Impl::SettleOrphans). GUARDED_BY(mu)
   bool orphan_queued = false;
+  // An unnamed file (O_TMPFILE without O_EXCL) that no Link() has named
+  // yet: the one link kvfs allows (FileSystem::Link). GUARDED_BY(mu)
+  bool linkable = false;
   // The change deleting the record has been built (committer thread, queue
   // order): a change built later must not put the record back. GUARDED_BY(mu)
   bool delete_built = false;

@@ -179,13 +179,15 @@ class NamespaceChecker {
         m_.orphan_key_deletes.push_back(ino);
       } else if (mounted_) {
         Finding& f = Add(FindingKind::kOrphan, ino, m_.PathOf(i),
-                         "unlinked while open (" + std::to_string(r.size) + " bytes)",
+                         "no name and open: unlinked while open, or O_TMPFILE not linked "
+                         "yet (" + std::to_string(r.size) + " bytes)",
                          "still open on the mounted volume");
         f.severity = Severity::kInfo;
         r.flags |= kReclaim;  // live: neither linked nor reclaimed by this run
       } else {
         Add(FindingKind::kOrphan, ino, m_.PathOf(i),
-            "unlinked while open and not released before the volume was last closed (" +
+            "unlinked while open (or O_TMPFILE never linked) and not released before the "
+            "volume was last closed (" +
                 std::to_string(r.size) + " bytes in " + std::to_string(r.ext_count) +
                 " extent(s))",
             "reclaim it (delete the inode; its blocks become free)");

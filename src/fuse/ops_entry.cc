@@ -1,5 +1,6 @@
 // Names and attributes: lookup, forget, getattr, setattr, mkdir, mknod,
-// rmdir, unlink, rename; link and symlink are refused.
+// rmdir, unlink, rename, link (only the one that names an O_TMPFILE file);
+// symlink is refused.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -259,9 +260,30 @@ void Access(fuse_req_t req, fuse_ino_t ino, int mask) {
   ReplyStatus(req, perm::MayAccess(req, ino, mask), "access");
 }
 
-void Link(fuse_req_t req, fuse_ino_t /*ino*/, fuse_ino_t /*newparent*/, const char* /*newname*/) {
-  // EPERM is link(2)'s "the filesystem does not support hard links".
-  ReplyStatus(req, Status::Error(EPERM, "link: hard links are not supported"), "link");
+void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  // Only the link that names an O_TMPFILE file; fs/ refuses any other with
+  // EPERM, link(2)'s "the filesystem does not support hard links".
+  if (control::Owns(ino)) {
+    ReplyStatus(req, Status::Error(EPERM, "link: hard links are not supported"), "link");
+    return;
+  }
+  if (RefusedForControl(req, newparent, newname, EEXIST, "link")) return;
+  SessionState& s = StateOf(req);
+  // link(2) checks the new name's directory as a create does (vfs_link:
+  // may_create), before asking the filesystem.
+  bool cacheable;
+  if (Denied(req, perm::MayCreate(req, newparent, &cacheable), "link")) return;
+  Result<fs::Attr> r = NoThrow([&] { return s.fs->Link(ino, newparent, newname); });
+  if (!r.ok()) {
+    ReplyStatus(req, r.status(), "link");
+    return;
+  }
+  fuse_entry_param e = EntryIn(*r, s.timeouts, cacheable);
+  if (fuse_reply_entry(req, &e) == -ENOENT) {
+    // Interrupted: the kernel does not count the lookup (the name stays).
+    Status st = NoThrowVoid([&] { s.fs->Forget(ino, 1); });
+    if (!st.ok()) spdlog::error("link: undoing an interrupted link's lookup: {}", st.ToString());
+  }
 }
 
 void Symlink(fuse_req_t req, const char* /*link*/, fuse_ino_t /*parent*/, const char* /*name*/) {

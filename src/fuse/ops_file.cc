@@ -23,6 +23,7 @@
 #include "fuse/permissions.h"
 #include "fuse/reply.h"
 #include "fuse/request_loop.h"
+#include "fuse/tmpfile.h"
 
 namespace kvfs::fuse::ops {
 
@@ -112,8 +113,12 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     return;
   }
   fs::Caller caller = CallerOf(req);
-  Result<fs::FileSystem::Created> r =
-      NoThrow([&] { return s.fs->Create(parent, name, mode, fi->flags, caller); });
+  // O_TMPFILE arrives as a create of kTmpfileName (fuse/tmpfile.h): a file
+  // with no name, until a link names it.
+  Result<fs::FileSystem::Created> r = NoThrow([&] {
+    return IsTmpfileName(name) ? s.fs->CreateUnnamed(parent, mode, fi->flags, caller)
+                               : s.fs->Create(parent, name, mode, fi->flags, caller);
+  });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "create");
     return;

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fuse/op_counters.h"
+#include "fuse/tmpfile.h"
 #include "kvfs/ioctl.h"
 
 namespace kvfs::fuse {
@@ -102,6 +103,7 @@ bool RequestLoop::RunsInReceiver(const fuse_buf& buf, bool backlog) const {
     case FUSE_RMDIR:
     case FUSE_RENAME:
     case FUSE_RENAME2:
+    case FUSE_LINK:
     case FUSE_STATFS:
     case FUSE_ACCESS:
     case FUSE_GETXATTR:
@@ -239,6 +241,7 @@ void RequestLoop::Receive() {
     if (buf.size >= sizeof(fuse_in_header)) {
       CountRequest(*static_cast<const fuse_in_header*>(buf.mem));
     }
+    TmpfileAsCreate(buf);  // libfuse 3.14 has no FUSE_TMPFILE (fuse/tmpfile.h)
     const bool backlog = !waited;
     waited = false;
     if (RunsInReceiver(buf, backlog)) {

@@ -16,6 +16,7 @@
 
 #include "fuse/op_counters.h"
 #include "fuse/request_loop.h"
+#include "fuse/tmpfile.h"
 #include "fuse/uring_transport.h"
 
 namespace kvfs::fuse {
@@ -345,6 +346,7 @@ void UringQueue::TakeRequest(UringEntry* e, bool backlog) {
   fuse_buf buf{};
   buf.mem = start;
   buf.size = in.len;
+  TmpfileAsCreate(buf);  // libfuse 3.14 has no FUSE_TMPFILE (fuse/tmpfile.h)
   // A worker runs the request in the entry's buffer, which stays the
   // request's until it is committed.
   RequestLoop* loop = transport_.loop();

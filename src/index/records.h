@@ -8,7 +8,8 @@
 //                                                          extended attributes)
 //   "entries": parent ino (8 bytes big-endian) + name   -> version + child ino (fixed64)
 //   "orphans": ino (8 bytes big-endian)                 -> version byte only
-//                                                          (unlinked while open)
+//                                                          (unlinked while open,
+//                                                          or O_TMPFILE not linked)
 // Big-endian keys so that RocksDB's byte order is numeric order and the
 // entries of one directory are contiguous and sorted by name (readdir).
 //

@@ -110,7 +110,8 @@ Status Volume::ReclaimOrphans() {
   }
   KVFS_RETURN_IF_ERROR(index_->Commit(batch, /*sync=*/true));
   reclaimed_orphans_ = orphans.size();
-  spdlog::info("reclaimed {} orphaned file(s) unlinked while open", orphans.size());
+  spdlog::info("reclaimed {} orphaned file(s) (unlinked while open, or O_TMPFILE never linked)",
+               orphans.size());
   return Status::OK();
 }
 

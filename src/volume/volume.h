@@ -7,8 +7,8 @@
 //   - an index that is missing (ENOENT) or belongs to another volume (EINVAL),
 //   - a volume already opened read-write elsewhere (EBUSY: the devices are
 //     flock()ed exclusively while open read-write).
-// Then it reclaims orphans (files unlinked while open when the last mount
-// ended without closing them) and rebuilds free space as the data regions
+// Then it reclaims orphans (files unlinked while open, or O_TMPFILE files
+// not linked yet, when the last mount ended without closing them) and rebuilds free space as the data regions
 // minus every extent the index references.
 //
 // Thread safety: all methods are safe from any thread. The Volume must

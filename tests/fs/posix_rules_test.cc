@@ -61,6 +61,15 @@ TEST_F(FsTest, SetgidDirectoryGivesItsGroupAndSetgidToWhatIsMadeInIt) {
   fs_->Release(g->fh);
   EXPECT_EQ(g->attr.gid, kGroup);
 
+  // An unnamed file (O_TMPFILE) made there too, also once linked.
+  auto t = fs_->CreateUnnamed(d->ino, 0644, O_WRONLY, kUser);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->attr.gid, kGroup);
+  auto linked = fs_->Link(t->attr.ino, d->ino, "t");
+  ASSERT_TRUE(linked.ok()) << linked.status().ToString();
+  EXPECT_EQ(linked->gid, kGroup);
+  fs_->Release(t->fh);
+
   // Outside a setgid directory: the creator's group, as before.
   auto plain = fs_->Create(kRootIno, "plain", 0644, O_WRONLY, kUser);
   ASSERT_TRUE(plain.ok());

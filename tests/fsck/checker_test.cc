@@ -114,6 +114,30 @@ TEST_F(FsckTest, OrphanLeftByACrashIsReclaimed) {
   EXPECT_EQ(idx->GetInode(k3->ino).status().code(), ENOENT);
 }
 
+// An O_TMPFILE file never linked (open(O_TMPFILE), write, crash before the
+// linkat) is recorded as an orphan, and fsck reclaims it like a file
+// unlinked while open.
+TEST_F(FsckTest, UnnamedFileLeftByACrashIsAnOrphanFsckReclaims) {
+  Populate();
+  Mount();
+  auto c = fs_->CreateUnnamed(kRootIno, 0644, O_WRONLY | O_TMPFILE, fs::Caller{});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(fs_->Write(c->fh, 0, std::string(1 << 20, 'u')).ok());
+  // "Crash" before the link: everything committed, never released.
+  ASSERT_TRUE(fs_->Shutdown().ok());
+  fs_.reset();
+  vol_.reset();
+
+  Report n = Run(false);
+  auto o = Of(n, FindingKind::kOrphan);
+  ASSERT_EQ(o.size(), 1u) << Lines(n);
+  EXPECT_EQ(o[0]->ino, c->attr.ino);
+  EXPECT_EQ(n.findings.size(), 1u) << Lines(n);  // no link-count or unreachable noise
+  ExpectRepaired(FindingKind::kOrphan);
+  auto idx = OpenIndex();
+  EXPECT_EQ(idx->GetInode(c->attr.ino).status().code(), ENOENT);
+}
+
 TEST_F(FsckTest, WrongLinkAndEntryCountsAreFixed) {
   Populate();
   index::Inode a = GetInode(a_);
