@@ -205,11 +205,11 @@ uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::I
     std::shared_ptr<FileMemory> m = cur ? nullptr : StartMemoryLoad(inode, true, &reqs);
     if (m) {
       if (reqs.empty()) return 0;
-      if (batch != nullptr) {
-        for (device::IoRequest& r : reqs) batch->push_back(std::move(r));
-      } else {
-        sched_->Submit(io::Lane::kPrefetch, reqs);
-      }
+      // Submitted now, not with the caller's batch: making the next files'
+      // memory takes a while, and an open may already wait for this one
+      // (it is promoted to the read lane once its reads are queued).
+      sched_->Submit(io::Lane::kPrefetch, reqs);
+      if (m->has_waiters()) sched_->Promote(m.get());
       return m->version().size;
     }
     // No room in file memory (open files hold it): the chunk cache.

@@ -49,11 +49,10 @@ int NewMemoryFile() {
 Result<std::shared_ptr<FileMemory>> FileMemory::Create(MemoryVersion version, uint64_t map_bytes) {
   const int fd = NewMemoryFile();
   if (fd < 0) return Status::Error(errno, "memfd_create");
-  // Its pages made in one call, not faulted in one at a time by the
-  // device reads that fill them.
-  // Sized first: huge pages go only within the size.
-  if (map_bytes > 0 && (ftruncate(fd, static_cast<off_t>(map_bytes)) != 0 ||
-                        fallocate(fd, 0, 0, static_cast<off_t>(map_bytes)) != 0)) {
+  // Its pages are made when the mapping is populated, below: through the
+  // mapping they are huge where free huge pages exist and small otherwise,
+  // never waiting for memory to be compacted (fallocate would).
+  if (map_bytes > 0 && ftruncate(fd, static_cast<off_t>(map_bytes)) != 0) {
     const int e = errno;
     close(fd);
     return Status::Error(e, "sizing a file's memory");
@@ -66,9 +65,6 @@ Result<std::shared_ptr<FileMemory>> FileMemory::Create(MemoryVersion version, ui
       close(fd);
       return Status::Error(e, "mapping a file's memory");
     }
-    // Huge pages where shmem allows them (shmem_enabled=advise or within_size):
-    // fewer page faults for the device reads and the kernel's copies.
-    (void)madvise(p, map_bytes, MADV_HUGEPAGE);
     data = static_cast<char*>(p);
   }
   return std::shared_ptr<FileMemory>(new FileMemory(fd, data, map_bytes, std::move(version)));
