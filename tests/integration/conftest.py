@@ -16,6 +16,7 @@ without it, it says so and skips.
 """
 import contextlib
 import os
+import pickle
 import signal
 import shutil
 import subprocess
@@ -350,3 +351,56 @@ def huge_pages():
     finally:
         with open(knob, "w") as f:
             f.write(str(before))
+
+
+def run_as(fn, uid, gid, groups=()):
+    """Runs fn() in a child process as uid/gid with supplementary `groups`
+    and returns what it returned (pickled back through a pipe). A step that
+    raises fails the test with the child's exception."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        try:
+            os.setgroups(list(groups))
+            os.setgid(gid)
+            os.setuid(uid)
+            out = pickle.dumps(("ok", fn()))
+        except BaseException as e:  # noqa: BLE001 - reported through the pipe
+            out = pickle.dumps(("error", repr(e)))
+            code = 1
+        os.write(w, out)
+        os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    kind, out = pickle.loads(data) if data else ("error", "no answer")
+    assert os.waitstatus_to_exitcode(status) == 0 and kind == "ok", (
+        f"the step as uid {uid} failed: {out}")
+    return out
+
+
+@pytest.fixture
+def ext4_dir(workdir):
+    """A directory on a small ext4 loop image, to compare kvfs's answers
+    with the kernel's own filesystem; skips where ext4 cannot be mounted."""
+    if not shutil.which("mkfs.ext4"):
+        pytest.skip("mkfs.ext4 not installed")
+    img = os.path.join(workdir, "ext4.img")
+    mnt = os.path.join(workdir, "ext4")
+    os.mkdir(mnt)
+    with open(img, "wb") as f:
+        f.truncate(32 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, capture_output=True)
+    r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount an ext4 loop image: {r.stderr}")
+    try:
+        os.chmod(mnt, 0o755)
+        yield mnt
+    finally:
+        subprocess.run(["umount", mnt], capture_output=True)

@@ -2,10 +2,8 @@
 unprivileged user and as root: kvfs's modes equal what ext4 gives for the
 same sequence (run on a small ext4 loop image in the test itself)."""
 import os
-import shutil
-import subprocess
 
-import pytest
+from conftest import run_as
 
 USER = 65534  # nobody; the files' group, so "in the group" holds for it
 
@@ -15,19 +13,7 @@ MODES = [0o6777, 0o4777, 0o2777, 0o2767, 0o0777]
 
 
 def as_user(fn):
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.setgroups([])
-            os.setgid(USER)
-            os.setuid(USER)
-            fn()
-        except BaseException:  # noqa: BLE001 - the exit code says it
-            code = 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "the unprivileged step failed"
+    run_as(fn, USER, USER)
 
 
 def write(path):
@@ -74,24 +60,6 @@ def modes_after_each_step(root):
     return out
 
 
-@pytest.fixture
-def ext4_dir(workdir):
-    if not shutil.which("mkfs.ext4"):
-        pytest.skip("mkfs.ext4 not installed")
-    img = os.path.join(workdir, "ext4.img")
-    mnt = os.path.join(workdir, "ext4")
-    os.mkdir(mnt)
-    with open(img, "wb") as f:
-        f.truncate(32 << 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, capture_output=True)
-    r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount an ext4 loop image: {r.stderr}")
-    try:
-        os.chmod(mnt, 0o755)
-        yield mnt
-    finally:
-        subprocess.run(["umount", mnt], capture_output=True)
 
 
 def test_setuid_setgid_modes_match_ext4(vol, ext4_dir):

@@ -8,37 +8,19 @@ name cached while it was allowed, after its directory became private or
 after the name moved into a private directory; and a stat right after
 another process's store, rename or unlink."""
 import errno
-import json
 import os
-import shutil
 import stat
 import subprocess
 
 import pytest
+
+from conftest import run_as
 
 USER = 65534      # nobody
 GROUP = 4242      # a supplementary group of the user
 OTHER_GROUP = 4343
 
 
-@pytest.fixture
-def ext4_dir(workdir):
-    if not shutil.which("mkfs.ext4"):
-        pytest.skip("mkfs.ext4 not installed")
-    img = os.path.join(workdir, "perm-ext4.img")
-    mnt = os.path.join(workdir, "perm-ext4")
-    os.mkdir(mnt)
-    with open(img, "wb") as f:
-        f.truncate(32 << 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, capture_output=True)
-    r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount an ext4 loop image: {r.stderr}")
-    try:
-        os.chmod(mnt, 0o755)
-        yield mnt
-    finally:
-        subprocess.run(["umount", mnt], capture_output=True)
 
 
 def outcome(fn):
@@ -53,31 +35,8 @@ def outcome(fn):
 
 def as_user(fn, groups=(GROUP,)):
     """Runs fn() as USER (primary group USER, supplementary `groups`) in a
-    child; returns what it returned (JSON)."""
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(rfd)
-        code = 0
-        try:
-            os.setgroups(list(groups))
-            os.setgid(USER)
-            os.setuid(USER)
-            out = json.dumps(fn()).encode()
-            os.write(wfd, out)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            os.write(wfd, json.dumps({"error": repr(e)}).encode())
-            code = 1
-        os._exit(code)
-    os.close(wfd)
-    data = b""
-    while chunk := os.read(rfd, 65536):
-        data += chunk
-    os.close(rfd)
-    _, status = os.waitpid(pid, 0)
-    res = json.loads(data)
-    assert os.waitstatus_to_exitcode(status) == 0, res
-    return res
+    child; returns what it returned."""
+    return run_as(fn, USER, USER, groups)
 
 
 def write(path, data=b"abc", mode=0o644):

@@ -9,14 +9,14 @@ import ctypes.util
 import errno
 import os
 import random
-import shutil
 import subprocess
 import time
 
 import pytest
 
 import conftest
-from conftest import (FUSERMOUNT, KVFS_BIN, MiB, mkfs, mounted_fstype, with_transport)
+from conftest import (FUSERMOUNT, KVFS_BIN, MiB, mkfs, mounted_fstype, run_as,
+                      with_transport)
 
 FSCK_BIN = os.environ.get("FSCK_KVFS_BIN", "")
 GROUP = 12345     # the directory's / file's group
@@ -26,31 +26,8 @@ USER_GID = 1001
 
 def as_user(fn, groups=(), uid=USER, gid=USER_GID):
     """Runs fn() in a child as uid/gid with supplementary `groups`; returns
-    what it returns (picklable by repr: ints, strings, tuples)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        code = 0
-        try:
-            os.setgroups(list(groups))
-            os.setgid(gid)
-            os.setuid(uid)
-            out = fn()
-            os.write(w, repr(out).encode())
-        except BaseException as e:  # noqa: BLE001 - reported through the pipe
-            os.write(w, repr(("error", repr(e))).encode())
-            code = 1
-        os._exit(code)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    out = eval(data.decode()) if data else None  # noqa: S307 - our own child's repr
-    assert os.waitstatus_to_exitcode(status) == 0, f"the step as uid {uid} failed: {out}"
-    return out
+    what it returns."""
+    return run_as(fn, uid, gid, groups)
 
 
 def drop_caches():
@@ -59,24 +36,6 @@ def drop_caches():
         f.write("3")
 
 
-@pytest.fixture
-def ext4_dir(workdir):
-    if not shutil.which("mkfs.ext4"):
-        pytest.skip("mkfs.ext4 not installed")
-    img = os.path.join(workdir, "ext4.img")
-    mnt = os.path.join(workdir, "ext4")
-    os.mkdir(mnt)
-    with open(img, "wb") as f:
-        f.truncate(32 << 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, capture_output=True)
-    r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount an ext4 loop image: {r.stderr}")
-    try:
-        os.chmod(mnt, 0o755)
-        yield mnt
-    finally:
-        subprocess.run(["umount", mnt], capture_output=True)
 
 
 def fsck_clean(image):
