@@ -74,15 +74,42 @@ void FileSystem::Impl::PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>
 
 // ------------------------------------------------------------ file memory
 
+namespace {
+
+// Calls fn(chunk index, version) for each chunk of `i` in order; false (at
+// the first such chunk) if one has no version to hold: staged bytes may
+// still change, and a failed chunk has none. A version being written will
+// not change (and is installed under its own number when its writes
+// complete). REQUIRES: i.mu held.
+template <typename Fn>
+bool EachChunkVersion(const InodeState& i, Fn&& fn) {
+  for (const auto& [ci, cs] : i.chunks) {
+    if (cs.staged || (cs.failed && !cs.inflight)) return false;
+    fn(ci, cs.inflight ? cs.inflight->seq : cs.installed_seq);
+  }
+  return true;
+}
+
+// Whether `i` is now at version `v`, with no copy made (asked per read).
+bool IsAtVersion(const InodeState& i, const MemoryVersion& v) {
+  if (i.rec.size != v.size || i.chunks.size() != v.chunks.size()) return false;
+  auto want = v.chunks.begin();
+  bool same = true;
+  return EachChunkVersion(i, [&](uint64_t ci, uint64_t seq) {
+           same = same && want->first == ci && want->second == seq;
+           ++want;
+         }) &&
+         same;
+}
+
+}  // namespace
+
 std::optional<MemoryVersion> FileSystem::Impl::CurrentMemoryVersion(const InodeState& i) {
   MemoryVersion v;
   v.size = i.rec.size;
   v.chunks.reserve(i.chunks.size());
-  for (const auto& [ci, cs] : i.chunks) {
-    // Staged bytes may still change; a version being written will not (and
-    // is installed under its own number when its writes complete).
-    if (cs.staged || (cs.failed && !cs.inflight)) return std::nullopt;
-    v.chunks.emplace_back(ci, cs.inflight ? cs.inflight->seq : cs.installed_seq);
+  if (!EachChunkVersion(i, [&](uint64_t ci, uint64_t seq) { v.chunks.emplace_back(ci, seq); })) {
+    return std::nullopt;
   }
   return v;
 }
@@ -92,9 +119,7 @@ std::shared_ptr<FileMemory> FileSystem::Impl::CurrentMemory(const InodeRef& i) {
   std::shared_ptr<FileMemory> m = memory_->Get(i->token);
   if (!m) return nullptr;
   if (m->opens.load() > 0) return m;  // the file's authority while served
-  std::optional<MemoryVersion> v = CurrentMemoryVersion(*i);
-  if (!v || !(*v == m->version())) return nullptr;
-  return m;
+  return IsAtVersion(*i, m->version()) ? m : nullptr;
 }
 
 std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
@@ -106,7 +131,7 @@ std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
 bool FileSystem::Impl::MemoryEligible(const InodeRef& i) {
   return memory_ && i->is_reg() && !i->deleted && i->rec.size >= kMinFileMemoryBytes &&
          i->rec.size <= options_.prefetch_file_max_bytes && !verifier_.enabled() &&
-         CurrentMemoryVersion(*i).has_value();
+         EachChunkVersion(*i, [](uint64_t, uint64_t) {});
 }
 
 std::shared_ptr<FileMemory> FileSystem::Impl::StartMemoryLoad(

@@ -121,6 +121,11 @@ int FileMemory::ExportId(const std::function<int(int fd)>& make,
   return id;
 }
 
+int FileMemory::export_id() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return export_id_;
+}
+
 // ------------------------------------------------------------ the cache
 
 std::shared_ptr<FileMemory> FileMemoryCache::Get(uint64_t owner) {

@@ -81,6 +81,8 @@ class FileMemory {
   // gets the same id), released by `release(id)` when the entry is freed.
   // A failed make (a negative id) is returned, not kept.
   int ExportId(const std::function<int(int fd)>& make, std::function<void(int id)> release);
+  // The id made by ExportId, or 0.
+  int export_id() const;
 
   // Opens served from this entry, and opens waiting for its load to be
   // served (changed by fs/ under the inode's lock).

@@ -162,7 +162,7 @@ int Passthrough::ReplyOpen(fuse_req_t req, uint64_t fh, fs::FileMemory& m, int f
   out.open_flags = abi::kFopenPassthrough;
   // close(2) of a read-only open has nothing to write out.
   if ((flags & O_ACCMODE) == O_RDONLY) out.open_flags |= abi::kFopenNoflush;
-  out.backing_id = m.ExportId([](int) { return -1; }, nullptr);
+  out.backing_id = m.export_id();
   iovec v{&out, sizeof(out)};
   return fuse_reply_iov(req, &v, 1);
 }
