@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what kvfs needs, builds it from scratch and runs the whole test
-# suite (meson test). With --sanitize, the build uses ASan+UBSan.
+# suite (meson test), which includes clang's thread-safety analysis of
+# fs/, io/, device/ and fuse/ (suite tsa). With --sanitize, the build uses
+# ASan+UBSan.
 # Usage: tools/check.sh [--sanitize]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,6 +5,7 @@ KVFS_PACKAGES=(
   libfuse3-dev fuse3 liburing-dev librocksdb-dev libspdlog-dev libgtest-dev
   libcli11-dev nlohmann-json3-dev libisal-dev libblkid-dev
   python3 python3-pytest python3-matplotlib fio e2fsprogs mandoc util-linux
+  clang
 )
 
 kvfs_install_deps() {

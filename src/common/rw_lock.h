@@ -6,17 +6,20 @@
 // (create, unlink, rename) for as long as the stream lasts. Here a waiting
 // writer blocks new readers.
 //
-// Meets the standard Lockable and SharedLockable requirements
-// (std::lock_guard, std::unique_lock, std::shared_lock). Not recursive: a
-// thread holding it shared must not take it again, or it deadlocks behind
-// a waiting writer.
+// A capability for clang's -Wthread-safety (common/thread_annotations.h):
+// hold it through WriterLock or ReaderLock below, and a member
+// GUARDED_BY it is checked (written only under the writer lock, read
+// under either). Not recursive: a thread holding it shared must not take
+// it again, or it deadlocks behind a waiting writer.
 #pragma once
 
 #include <pthread.h>
 
+#include "common/thread_annotations.h"
+
 namespace kvfs {
 
-class RwLock {
+class CAPABILITY("mutex") RwLock {
  public:
   RwLock() {
     pthread_rwlockattr_t attr;
@@ -29,15 +32,56 @@ class RwLock {
   RwLock(const RwLock&) = delete;
   RwLock& operator=(const RwLock&) = delete;
 
-  void lock() { pthread_rwlock_wrlock(&rw_); }
-  bool try_lock() { return pthread_rwlock_trywrlock(&rw_) == 0; }
-  void unlock() { pthread_rwlock_unlock(&rw_); }
-  void lock_shared() { pthread_rwlock_rdlock(&rw_); }
-  bool try_lock_shared() { return pthread_rwlock_tryrdlock(&rw_) == 0; }
-  void unlock_shared() { pthread_rwlock_unlock(&rw_); }
+  void lock() ACQUIRE() { pthread_rwlock_wrlock(&rw_); }
+  bool try_lock() TRY_ACQUIRE(true) { return pthread_rwlock_trywrlock(&rw_) == 0; }
+  void unlock() RELEASE() { pthread_rwlock_unlock(&rw_); }
+  void lock_shared() ACQUIRE_SHARED() { pthread_rwlock_rdlock(&rw_); }
+  bool try_lock_shared() TRY_ACQUIRE_SHARED(true) { return pthread_rwlock_tryrdlock(&rw_) == 0; }
+  void unlock_shared() RELEASE_SHARED() { pthread_rwlock_unlock(&rw_); }
 
  private:
   pthread_rwlock_t rw_;
+};
+
+// Holds an annotated reader-writer lock `L` (RwLock, fs::NamespaceLock)
+// exclusively for its scope: `WriterLock ns(ns_mu_);`.
+template <typename L>
+class SCOPED_CAPABILITY WriterLock {
+ public:
+  explicit WriterLock(L& l) ACQUIRE(l) : l_(l) { l_.lock(); }
+  ~WriterLock() RELEASE() { l_.unlock(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  L& l_;
+};
+
+// Holds `L` shared for its scope; may be given back and taken again
+// (Unlock/Lock), to let a waiting writer in between two steps of a long
+// read-only run.
+template <typename L>
+class SCOPED_CAPABILITY ReaderLock {
+ public:
+  explicit ReaderLock(L& l) ACQUIRE_SHARED(l) : l_(l) { l_.lock_shared(); }
+  ~ReaderLock() RELEASE() {
+    if (held_) l_.unlock_shared();
+  }
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+  void Unlock() RELEASE() {
+    held_ = false;
+    l_.unlock_shared();
+  }
+  void Lock() ACQUIRE_SHARED() {
+    l_.lock_shared();
+    held_ = true;
+  }
+
+ private:
+  L& l_;
+  bool held_ = true;
 };
 
 }  // namespace kvfs
