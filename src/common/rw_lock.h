@@ -15,6 +15,8 @@
 
 #include <pthread.h>
 
+#include <shared_mutex>
+
 #include "common/thread_annotations.h"
 
 namespace kvfs {
@@ -43,7 +45,21 @@ class CAPABILITY("mutex") RwLock {
   pthread_rwlock_t rw_;
 };
 
-// Holds an annotated reader-writer lock `L` (RwLock, fs::NamespaceLock)
+// std::shared_mutex as a capability, for a lock whose writers are rare
+// enough that glibc's reader preference does no harm (registering memory).
+class CAPABILITY("mutex") SharedMutex {
+ public:
+  void lock() ACQUIRE() { mu_.lock(); }
+  void unlock() RELEASE() { mu_.unlock(); }
+  void lock_shared() ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void unlock_shared() RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds an annotated reader-writer lock `L` (RwLock, SharedMutex,
+// fs::NamespaceLock)
 // exclusively for its scope: `WriterLock ns(ns_mu_);`.
 template <typename L>
 class SCOPED_CAPABILITY WriterLock {

@@ -82,15 +82,15 @@ BufferPool::BufferPool(void* map_base, size_t map_bytes, char* region, size_t sl
 BufferPool::~BufferPool() { ::munmap(map_base_, map_bytes_); }
 
 PoolBuffer BufferPool::Acquire() {
-  std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [this] { return !free_.empty(); });
+  MutexLock l(mu_);
+  while (free_.empty()) cv_.Wait(l);
   char* d = free_.back();
   free_.pop_back();
   return PoolBuffer(this, d, slot_bytes_);
 }
 
 PoolBuffer BufferPool::TryAcquire() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (free_.empty()) return PoolBuffer();
   char* d = free_.back();
   free_.pop_back();
@@ -98,16 +98,16 @@ PoolBuffer BufferPool::TryAcquire() {
 }
 
 size_t BufferPool::free_slots() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return free_.size();
 }
 
 void BufferPool::Release(char* data) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     free_.push_back(data);
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 }  // namespace kvfs::device

@@ -6,13 +6,12 @@
 // Thread safety: all methods are safe from any thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace kvfs::device {
@@ -74,9 +73,9 @@ class BufferPool {
   char* const region_;
   const size_t slot_bytes_;
   const size_t slots_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<char*> free_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<char*> free_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvfs::device

@@ -36,35 +36,35 @@ FaultInjectingIo::FaultInjectingIo(BlockIo& inner) : inner_(inner) {
 
 FaultInjectingIo::~FaultInjectingIo() {
   {
-    std::unique_lock<std::mutex> l(outstanding_mu_);
-    outstanding_cv_.wait(l, [this] { return outstanding_ == 0; });
+    MutexLock l(outstanding_mu_);
+    while (outstanding_ != 0) outstanding_cv_.Wait(l);
   }
   {
-    std::lock_guard<std::mutex> l(cq_mu_);
+    MutexLock l(cq_mu_);
     cq_stop_ = true;
   }
-  cq_cv_.notify_all();
+  cq_cv_.NotifyAll();
   cq_thread_.join();
 }
 
 void FaultInjectingIo::FailRange(IoOp op, uint32_t device, uint64_t byte_off, uint64_t len,
                                  int err) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   faults_.push_back(Fault{op, device, byte_off, len, err});
 }
 
 void FaultInjectingIo::ClearFaults() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   faults_.clear();
 }
 
 void FaultInjectingIo::EnablePowerCutMode() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   power_cut_mode_ = true;
 }
 
 void FaultInjectingIo::PowerCut() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   cut_.store(true);
   // A flush that is writing entries down keeps them alive through its own
   // references until its inner writes finish; they may or may not land, as
@@ -79,7 +79,7 @@ uint64_t FaultInjectingIo::requests_seen(IoOp op) const {
 uint64_t FaultInjectingIo::requests_failed() const { return failed_.load(); }
 
 size_t FaultInjectingIo::volatile_writes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return static_cast<size_t>(std::count_if(overlay_.begin(), overlay_.end(),
                                            [](const auto& w) { return !w->durable; }));
 }
@@ -87,28 +87,28 @@ size_t FaultInjectingIo::volatile_writes() const {
 void FaultInjectingIo::Complete(std::function<void(Status)>& done, Status st) {
   if (done) done(std::move(st));
   done = nullptr;  // destroy captures before the destructor may proceed
-  std::lock_guard<std::mutex> l(outstanding_mu_);
-  if (--outstanding_ == 0) outstanding_cv_.notify_all();
+  MutexLock l(outstanding_mu_);
+  if (--outstanding_ == 0) outstanding_cv_.NotifyAll();
 }
 
 void FaultInjectingIo::CompleteLater(std::function<void(Status)> done, Status st) {
   {
-    std::lock_guard<std::mutex> l(cq_mu_);
+    MutexLock l(cq_mu_);
     cq_.emplace_back(std::move(done), std::move(st));
   }
-  cq_cv_.notify_one();
+  cq_cv_.NotifyOne();
 }
 
 void FaultInjectingIo::CompletionLoop() {
-  std::unique_lock<std::mutex> l(cq_mu_);
+  MutexLock l(cq_mu_);
   for (;;) {
-    cq_cv_.wait(l, [this] { return cq_stop_ || !cq_.empty(); });
+    while (!cq_stop_ && cq_.empty()) cq_cv_.Wait(l);
     if (cq_.empty()) return;  // stop requested and nothing left
     auto [done, st] = std::move(cq_.front());
     cq_.pop_front();
-    l.unlock();
+    l.Unlock();
     Complete(done, std::move(st));
-    l.lock();
+    l.Lock();
   }
 }
 
@@ -123,7 +123,7 @@ int FaultInjectingIo::FaultFor(const IoRequest& r) const {
 void FaultInjectingIo::Submit(std::span<IoRequest> reqs) {
   if (reqs.empty()) return;
   {
-    std::lock_guard<std::mutex> l(outstanding_mu_);
+    MutexLock l(outstanding_mu_);
     outstanding_ += reqs.size();
   }
   std::vector<IoRequest> down;
@@ -135,9 +135,9 @@ void FaultInjectingIo::Submit(std::span<IoRequest> reqs) {
       CompleteLater(std::move(r.done), PowerCutError());
       continue;
     }
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (int err = FaultFor(r); err != 0) {
-      l.unlock();
+      l.Unlock();
       failed_.fetch_add(1);
       CompleteLater(std::move(r.done),
                     Status::Error(err, "injected fault: " +
@@ -158,11 +158,11 @@ void FaultInjectingIo::Submit(std::span<IoRequest> reqs) {
       w->data.reset(static_cast<char*>(std::aligned_alloc(kBlockSize, r.len)));
       std::memcpy(w->data.get(), r.buf, r.len);
       overlay_.push_back(w);
-      l.unlock();
+      l.Unlock();
       CompleteLater(
           [this, w, user = std::move(r.done)](Status st) mutable {
             {
-              std::lock_guard<std::mutex> g(mu_);
+              MutexLock g(mu_);
               w->completed = true;  // from here a flush covers it
             }
             if (cut_.load()) {
@@ -195,12 +195,12 @@ void FaultInjectingIo::Submit(std::span<IoRequest> reqs) {
       snapshot = next_seq_;
       ++reads_in_flight_;
     }
-    l.unlock();
+    l.Unlock();
     IoRequest d = r;
     d.done = [this, user = std::move(r.done), snapshot, dev = r.device, off = r.byte_off,
               len = r.len, buf = static_cast<char*>(r.buf)](Status st) mutable {
       if (snapshot != 0) {
-        std::lock_guard<std::mutex> g(mu_);
+        MutexLock g(mu_);
         if (st.ok()) {
           // Read-your-writes: held writes submitted before this read, in
           // order, over what the device returned.
@@ -236,7 +236,7 @@ void FaultInjectingIo::PruneDurable() {
 void FaultInjectingIo::StartNextFlush() {
   auto f = std::make_shared<ActiveFlush>();
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     f->flush = std::move(flushes_.front());
     flushes_.pop_front();
     // Waves of mutually non-overlapping writes, in seq order: a write that
@@ -281,13 +281,13 @@ void FaultInjectingIo::IssueWave(std::shared_ptr<ActiveFlush> f) {
     req.len = w->len;
     req.done = [this, f](Status st) {
       if (!st.ok()) {
-        std::lock_guard<std::mutex> g(f->mu);
+        MutexLock g(f->mu);
         if (f->error.ok()) f->error = std::move(st);
       }
       if (f->wave_left.fetch_sub(1) != 1) return;
       Status err;
       {
-        std::lock_guard<std::mutex> g(f->mu);
+        MutexLock g(f->mu);
         err = f->error;
       }
       if (!err.ok() || cut_.load()) {
@@ -295,7 +295,7 @@ void FaultInjectingIo::IssueWave(std::shared_ptr<ActiveFlush> f) {
         return;
       }
       {
-        std::lock_guard<std::mutex> g(mu_);
+        MutexLock g(mu_);
         for (const auto& done_w : f->waves[f->next_wave - 1]) done_w->durable = true;
       }
       IssueWave(f);
@@ -312,7 +312,7 @@ void FaultInjectingIo::FinishFlush(std::shared_ptr<ActiveFlush> f, Status st) {
   }
   bool more;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     PruneDurable();
     more = !flushes_.empty();
     if (!more) flush_running_ = false;

@@ -6,18 +6,17 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "common/format.h"
+#include "common/mutex.h"
+#include "common/rw_lock.h"
 
 namespace kvfs::device {
 
@@ -65,14 +64,14 @@ struct Command {
 struct Request {
   std::function<void(Status)> done;
   std::atomic<uint32_t> remaining{0};  // commands not yet finished
-  std::mutex mu;
-  Status first_error;  // GUARDED_BY(mu)
+  Mutex mu;
+  Status first_error GUARDED_BY(mu);
   Command inline_cmd;  // most requests are one command: no second allocation
   std::unique_ptr<Command[]> more;
   Command* cmds = nullptr;
 
   void RecordError(Status st) {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     if (first_error.ok()) first_error = std::move(st);
   }
 };
@@ -100,10 +99,10 @@ class IoEngine::Impl {
     // fields below; the io_uring_enter syscall itself runs without it.
     // Lock order: before Request::mu; never held while running a callback
     // or while taking another ring's mu.
-    std::mutex mu;
-    std::deque<Command*> pending;  // GUARDED_BY(mu): waiting for the in-flight cap
-    unsigned inflight = 0;         // GUARDED_BY(mu): commands owned by the kernel
-    unsigned max_inflight = 0;     // GUARDED_BY(mu)
+    Mutex mu;
+    std::deque<Command*> pending GUARDED_BY(mu);  // waiting for the in-flight cap
+    unsigned inflight GUARDED_BY(mu) = 0;  // commands owned by the kernel
+    unsigned max_inflight GUARDED_BY(mu) = 0;
     // inflight + pending.size(), read without mu as a placement hint only.
     std::atomic<unsigned> load{0};
     // An io_uring_enter failed with SQEs published: the next Pump() enters
@@ -131,17 +130,17 @@ class IoEngine::Impl {
     size_t len = 0;
     unsigned first_slot = 0;
   };
-  std::shared_mutex regions_mu_;
-  std::vector<FixedRegion> regions_;  // GUARDED_BY(regions_mu_)
-  std::vector<bool> slot_used_;       // GUARDED_BY(regions_mu_); kFixedSlots
+  SharedMutex regions_mu_;
+  std::vector<FixedRegion> regions_ GUARDED_BY(regions_mu_);
+  std::vector<bool> slot_used_ GUARDED_BY(regions_mu_);  // kFixedSlots
   std::vector<std::unique_ptr<Ring>> rings_;
   bool threads_started_ = false;
 
   std::atomic<uint64_t> next_ring_{0};
   // Requests whose `done` has not yet returned. The destructor waits for 0.
   std::atomic<uint64_t> outstanding_{0};
-  std::mutex drain_mu_;
-  std::condition_variable drained_cv_;
+  Mutex drain_mu_;
+  CondVar drained_cv_;
 
   std::atomic<uint64_t> stat_requests_{0};
   std::atomic<uint64_t> stat_commands_{0};
@@ -154,11 +153,9 @@ class IoEngine::Impl {
   unsigned StartRing(uint32_t ncmds);
   // Moves pending commands into SQEs up to the cap and publishes them to
   // the kernel. Returns whether an io_uring_enter is needed to submit them.
-  // REQUIRES: r.mu held.
-  bool Pump(Ring& r);
+  bool Pump(Ring& r) REQUIRES(r.mu);
   // Publishes prepared SQEs (the SQ tail) without a syscall.
-  // REQUIRES: r.mu held.
-  static void FlushSq(Ring& r);
+  static void FlushSq(Ring& r) REQUIRES(r.mu);
   // io_uring_enter: submits every published SQE and, if `wait`, waits for
   // at least one CQE (or returns early; callers loop). Needs no lock: the
   // kernel serializes submitters and never consumes an SQE twice.
@@ -174,8 +171,7 @@ class IoEngine::Impl {
   // Empties slots [first, first + pieces) in the first `nrings` rings.
   void ClearSlots(unsigned first, unsigned pieces, size_t nrings);
   // The slot of the registered piece that holds all of [p, p + len), or -1.
-  // REQUIRES: regions_mu_ held (shared).
-  int FixedSlotLocked(const char* p, size_t len) const {
+  int FixedSlotLocked(const char* p, size_t len) const REQUIRES_SHARED(regions_mu_) {
     for (const FixedRegion& r : regions_) {
       if (p < r.base || p + len > r.base + r.len) continue;
       size_t first = static_cast<size_t>(p - r.base) / kFixedPieceBytes;
@@ -255,7 +251,10 @@ Status IoEngine::Impl::Init() {
                                      std::to_string(i));
     }
   }
-  slot_used_.assign(kFixedSlots, false);
+  {
+    WriterLock l(regions_mu_);
+    slot_used_.assign(kFixedSlots, false);
+  }
   if (pool_) {
     KVFS_RETURN_IF_ERROR(RegisterRegion(static_cast<const char*>(pool_->region()),
                                         pool_->region_bytes()));
@@ -270,14 +269,14 @@ Status IoEngine::Impl::Init() {
 IoEngine::Impl::~Impl() {
   if (threads_started_) {
     {
-      std::unique_lock<std::mutex> l(drain_mu_);
-      drained_cv_.wait(l, [this] { return outstanding_.load(std::memory_order_acquire) == 0; });
+      MutexLock l(drain_mu_);
+      while (outstanding_.load(std::memory_order_acquire) != 0) drained_cv_.Wait(l);
     }
     // Nothing is queued or in flight now; a NOP with kStopTag ends each
     // completion thread without polling.
     for (auto& r : rings_) {
       {
-        std::lock_guard<std::mutex> l(r->mu);
+        MutexLock l(r->mu);
         io_uring_sqe* sqe = io_uring_get_sqe(&r->uring);
         if (sqe == nullptr) {  // cannot happen with nothing in flight
           std::fprintf(stderr, "kvfs io engine: no SQE for the stop NOP\n");
@@ -356,7 +355,7 @@ void IoEngine::Impl::Submit(std::span<IoRequest> reqs) {
   if (tls_batches.size() < nrings) tls_batches.resize(nrings);
 
   uint64_t ncommands = 0, nfixed = 0;
-  std::shared_lock<std::shared_mutex> regions(regions_mu_);
+  ReaderLock regions(regions_mu_);
   for (IoRequest& r : reqs) {
     auto* q = new Request;
     q->done = std::move(r.done);
@@ -391,7 +390,7 @@ void IoEngine::Impl::Submit(std::span<IoRequest> reqs) {
       }
       tls_batches[(start + k) % nrings].push_back(&c);
     }
-    if (!bad.ok()) q->first_error = std::move(bad);
+    if (!bad.ok()) q->RecordError(std::move(bad));
     ncommands += ncmds;
   }
   stat_commands_.fetch_add(ncommands, std::memory_order_relaxed);
@@ -404,7 +403,7 @@ void IoEngine::Impl::Submit(std::span<IoRequest> reqs) {
     Ring& ring = *rings_[i];
     bool enter;
     {
-      std::lock_guard<std::mutex> l(ring.mu);
+      MutexLock l(ring.mu);
       ring.pending.insert(ring.pending.end(), batch.begin(), batch.end());
       enter = Pump(ring);
     }
@@ -576,7 +575,7 @@ void IoEngine::Impl::Finish(Request* q) {
   {
     Status st;
     {
-      std::lock_guard<std::mutex> l(q->mu);
+      MutexLock l(q->mu);
       st = std::move(q->first_error);
     }
     std::function<void(Status)> done = std::move(q->done);
@@ -586,8 +585,8 @@ void IoEngine::Impl::Finish(Request* q) {
     // be told that nothing is outstanding.
   }
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    std::lock_guard<std::mutex> l(drain_mu_);
-    drained_cv_.notify_all();
+    MutexLock l(drain_mu_);
+    drained_cv_.NotifyAll();
   }
 }
 
@@ -624,7 +623,7 @@ void IoEngine::Impl::RunCompletions(unsigned ring_index) {
       // it here makes that hand-off visible to tools like TSan, which do not
       // see the ordering the kernel provides. Handling is cheap (no
       // callbacks), so submitters wait only briefly.
-      std::lock_guard<std::mutex> l(r.mu);
+      MutexLock l(r.mu);
       io_uring_for_each_cqe(&r.uring, head, cqe) {
         ++seen;
         if (cqe->user_data == kStopTag) {
@@ -692,7 +691,7 @@ Status IoEngine::Impl::RegisterRegion(const char* base, size_t len) {
     // Reserve the first run of `pieces` free slots. The lock is not held
     // while the kernel pins the pages (100+ ms for 64 MiB): every Submit()
     // takes it.
-    std::unique_lock<std::shared_mutex> l(regions_mu_);
+    WriterLock l(regions_mu_);
     unsigned run = 0;
     for (unsigned k = 0; k < kFixedSlots && run < pieces; ++k) {
       if (slot_used_[k]) {
@@ -727,7 +726,7 @@ Status IoEngine::Impl::RegisterRegion(const char* base, size_t len) {
     }
   }
   if (!st.ok()) ClearSlots(first, pieces, done);  // a region is in all rings or none
-  std::unique_lock<std::shared_mutex> l(regions_mu_);
+  WriterLock l(regions_mu_);
   if (st.ok()) {
     regions_.push_back({base, len, first});  // commands may use it from now on
   } else {
@@ -744,7 +743,7 @@ void IoEngine::Impl::ClearSlots(unsigned first, unsigned pieces, size_t nrings) 
 }
 
 void IoEngine::Impl::UnregisterRegions(const char* base, size_t len) {
-  std::unique_lock<std::shared_mutex> l(regions_mu_);
+  WriterLock l(regions_mu_);
   for (auto it = regions_.begin(); it != regions_.end();) {
     if (it->base < base || it->base >= base + len) {
       ++it;
@@ -765,7 +764,7 @@ IoEngineStats IoEngine::stats() const {
   s.short_transfers = impl_->stat_short_.load(std::memory_order_relaxed);
   s.eagain_retries = impl_->stat_eagain_.load(std::memory_order_relaxed);
   for (auto& r : impl_->rings_) {
-    std::lock_guard<std::mutex> l(r->mu);
+    MutexLock l(r->mu);
     s.max_ring_inflight = std::max<uint64_t>(s.max_ring_inflight, r->max_inflight);
   }
   return s;

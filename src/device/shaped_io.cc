@@ -77,24 +77,24 @@ ShapedIo::ShapedIo(BlockIo& inner, std::vector<DeviceShape> shapes)
 }
 
 ShapedIo::~ShapedIo() {
-  std::unique_lock<std::mutex> l(mu_);
-  idle_cv_.wait(l, [this] { return outstanding_ == 0; });
+  MutexLock l(mu_);
+  while (outstanding_ != 0) idle_cv_.Wait(l);
   stop_ = true;
-  cv_.notify_all();
-  l.unlock();
+  cv_.NotifyAll();
+  l.Unlock();
   timer_.join();
 }
 
 void ShapedIo::Finish(std::function<void(Status)>& done, Status st) {
   done(std::move(st));
-  std::lock_guard<std::mutex> l(mu_);
-  if (--outstanding_ == 0) idle_cv_.notify_all();
+  MutexLock l(mu_);
+  if (--outstanding_ == 0) idle_cv_.NotifyAll();
 }
 
 void ShapedIo::Submit(std::span<IoRequest> reqs) {
   const uint64_t now = NowNs();
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     outstanding_ += reqs.size();
     for (IoRequest& r : reqs) {
       uint64_t due = now;
@@ -113,10 +113,10 @@ void ShapedIo::Submit(std::span<IoRequest> reqs) {
           Finish(done, std::move(st));
           return;
         }
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(mu_);
         bool first = due_.empty() || due < due_.top().at_ns;
         due_.push(Due{due, std::move(done), std::move(st)});
-        if (first) cv_.notify_one();
+        if (first) cv_.NotifyOne();
       };
     }
   }
@@ -126,25 +126,25 @@ void ShapedIo::Submit(std::span<IoRequest> reqs) {
 void ShapedIo::TimerLoop() {
   // The default 50 us timer slack is most of a modelled command's latency.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (;;) {
     if (due_.empty()) {
       if (stop_) return;
-      cv_.wait(l);
+      cv_.Wait(l);
       continue;
     }
     const uint64_t at = due_.top().at_ns;
     const uint64_t now = NowNs();
     if (now < at) {
-      cv_.wait_for(l, std::chrono::nanoseconds(at - now));
+      cv_.WaitFor(l, std::chrono::nanoseconds(at - now));
       continue;
     }
     Due d = std::move(const_cast<Due&>(due_.top()));
     due_.pop();
-    l.unlock();
+    l.Unlock();
     d.done(std::move(d.st));
-    l.lock();
-    if (--outstanding_ == 0) idle_cv_.notify_all();
+    l.Lock();
+    if (--outstanding_ == 0) idle_cv_.NotifyAll();
   }
 }
 

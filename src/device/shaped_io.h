@@ -24,15 +24,14 @@
 // a `done`.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <queue>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "device/block_io.h"
 
@@ -77,13 +76,13 @@ class ShapedIo : public BlockIo {
   BlockIo& inner_;
   std::vector<DeviceShape> shapes_;  // one per device
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<uint64_t> pipe_free_ns_;  // GUARDED_BY(mu_), per device
-  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_;  // GUARDED_BY(mu_)
-  uint64_t outstanding_ = 0;  // GUARDED_BY(mu_): `done`s not yet returned
-  bool stop_ = false;         // GUARDED_BY(mu_)
-  std::condition_variable idle_cv_;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<uint64_t> pipe_free_ns_ GUARDED_BY(mu_);  // per device
+  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_ GUARDED_BY(mu_);
+  uint64_t outstanding_ GUARDED_BY(mu_) = 0;  // `done`s not yet returned
+  bool stop_ GUARDED_BY(mu_) = false;
+  CondVar idle_cv_;
 
   std::thread timer_;  // last: started once everything above exists
 };

@@ -156,6 +156,7 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
   s.queued_commits = committer_->queued();
   s.index_commits = committer_->commits();
+  s.lookup_underflows = table_.lookup_underflows();
   s.atime_updates = atime_->updates();
   s.atime_flushes = atime_->flushes();
   s.name_cache_entries = entry_cache_.entries();

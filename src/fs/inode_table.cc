@@ -1,6 +1,9 @@
 #include "fs/inode_table.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "common/format.h"
@@ -97,11 +100,26 @@ void InodeTable::Unpin(const InodeRef& inode) {
 void InodeTable::Forget(uint64_t ino, uint64_t n) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = inodes_.find(ino);
+  const uint64_t had = it == inodes_.end() ? 0 : it->second->lookups;
+  if (n > had) LookupUnderflow(ino, n, had);
   if (it == inodes_.end()) return;
   InodeRef i = it->second;
   i->lookups = n >= i->lookups ? 0 : i->lookups - n;
   if (ino == kRootIno) i->lookups = std::max<uint64_t>(i->lookups, 1);
   MaybeEvictLocked(i);
+}
+
+void InodeTable::LookupUnderflow(uint64_t ino, uint64_t n, uint64_t had) {
+  lookup_underflows_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::error("inode {}: the kernel forgot {} lookups of {} kvfs counted (a lookup count bug)",
+                ino, n, had);
+#ifndef NDEBUG
+  // A miscount left running shows up later as an inode dropped while the
+  // kernel still uses it, or one that never leaves memory; stop at the
+  // cause instead.
+  spdlog::default_logger()->flush();
+  std::abort();
+#endif
 }
 
 void InodeTable::AddOpen(InodeState& inode) {

@@ -105,8 +105,15 @@ class InodeTable {
   // --- The kernel's lookup count.
   // Get() plus one kernel lookup, on the state the table holds.
   Result<InodeRef> GetLookedUp(uint64_t ino);
-  // Subtracts `n` (floored at 0; the root keeps 1).
+  // Subtracts `n`; the root keeps 1 (the mount's own reference). The
+  // kernel never forgets more than it looked up, so `n` above the count,
+  // or an inode not in the table, is a counting bug in kvfs: it is logged
+  // and counted (lookup_underflows()), and aborts the daemon in a debug
+  // build (!NDEBUG), as passthrough_hp does; a release build floors the
+  // count at 0 and carries on.
   void Forget(uint64_t ino, uint64_t n);
+  // Forgets that exceeded the lookup count, since construction.
+  uint64_t lookup_underflows() const { return lookup_underflows_.load(std::memory_order_relaxed); }
 
   // --- Open handles.
   void AddOpen(InodeState& inode);
@@ -134,10 +141,14 @@ class InodeTable {
   void Unpin(const InodeRef& inode);
   void MaybeEvictLocked(const InodeRef& inode);  // REQUIRES: mu_ held
   Result<InodeRef> Load(uint64_t ino);
+  // Forget() of `n` where the kernel holds `had`: logs, counts, and in a
+  // debug build aborts.
+  void LookupUnderflow(uint64_t ino, uint64_t n, uint64_t had);
 
   const LoadFn load_;
   const EvictFn on_evict_;
   std::atomic<uint64_t> next_token_{1};
+  std::atomic<uint64_t> lookup_underflows_{0};
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, InodeRef> inodes_;  // GUARDED_BY(mu_)
 };

@@ -133,6 +133,8 @@ struct StatsSnapshot {
   uint64_t staging_bytes = 0;    // the staging bound (dirty_mb)
   uint64_t queued_commits = 0;
   uint64_t index_commits = 0;  // index batches written (Committer::commits)
+  // Forgets beyond an inode's lookup count (InodeTable::Forget): a kvfs bug.
+  uint64_t lookup_underflows = 0;
   // Reads and opens that moved an atime, and the atime flushes that queued
   // them (fs/atime.h).
   uint64_t atime_updates = 0, atime_flushes = 0;

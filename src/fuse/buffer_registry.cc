@@ -35,7 +35,7 @@ struct GuardSlot {
 };
 constexpr size_t kGuardSlots = 1 << 16;
 std::array<GuardSlot, kGuardSlots> g_guard;
-std::mutex g_guard_mu;  // serializes slot allocation (not the handler)
+Mutex g_guard_mu;  // serializes slot allocation (not the handler)
 struct sigaction g_previous_bus;
 std::once_flag g_guard_installed;
 
@@ -80,7 +80,7 @@ void InstallGuard() {
 
 int GuardAdd(uintptr_t start, uintptr_t len, uintptr_t page) {
   std::call_once(g_guard_installed, InstallGuard);
-  std::lock_guard<std::mutex> l(g_guard_mu);
+  MutexLock l(g_guard_mu);
   for (size_t i = 0; i < kGuardSlots; ++i) {
     GuardSlot& s = g_guard[i];
     if (s.start.load(std::memory_order_relaxed) != 0) continue;
@@ -93,7 +93,7 @@ int GuardAdd(uintptr_t start, uintptr_t len, uintptr_t page) {
 }
 
 void GuardRemove(int slot) {
-  std::lock_guard<std::mutex> l(g_guard_mu);
+  MutexLock l(g_guard_mu);
   g_guard[slot].start.store(0, std::memory_order_release);
   g_guard[slot].end.store(0, std::memory_order_relaxed);
 }
@@ -195,7 +195,7 @@ Result<uint64_t> BufferRegistry::Register(const Registrant& who, int fd, uint64_
   }
   if (fd < 0) return Status::Error(EBADF, "register: negative fd");
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     SweepLocked();
     auto p = processes_.find(who.tgid);
     if (p != processes_.end() && p->second.registrations >= KVFS_MAX_REGISTRATIONS) {
@@ -261,7 +261,7 @@ Result<uint64_t> BufferRegistry::Register(const Registrant& who, int fd, uint64_
     return buf.status();
   }
 
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   ReapIfGoneLocked(who.tgid);
   try {
     Process& p = processes_[who.tgid];
@@ -284,7 +284,7 @@ Result<uint64_t> BufferRegistry::Register(const Registrant& who, int fd, uint64_
 }
 
 Status BufferRegistry::Unregister(pid_t tgid, uint64_t id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   ReapIfGoneLocked(tgid);
   auto it = by_id_.find(id);
   if (it == by_id_.end() || it->second.tgid != tgid) {
@@ -295,7 +295,7 @@ Status BufferRegistry::Unregister(pid_t tgid, uint64_t id) {
 }
 
 Result<std::shared_ptr<MappedBuffer>> BufferRegistry::Find(pid_t tgid, uint64_t id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   ReapIfGoneLocked(tgid);
   auto it = by_id_.find(id);
   if (it == by_id_.end() || it->second.tgid != tgid) {
@@ -305,7 +305,7 @@ Result<std::shared_ptr<MappedBuffer>> BufferRegistry::Find(pid_t tgid, uint64_t 
 }
 
 void BufferRegistry::DropOwner(OwnerFile owner) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (auto it = by_id_.begin(); it != by_id_.end();) {
     auto next = std::next(it);
     if (!(it->second.owner < owner) && !(owner < it->second.owner)) EraseLocked(it);
@@ -314,7 +314,7 @@ void BufferRegistry::DropOwner(OwnerFile owner) {
 }
 
 size_t BufferRegistry::Live() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   SweepLocked();
   return by_id_.size();
 }

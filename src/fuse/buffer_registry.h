@@ -31,8 +31,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace kvfs::fuse {
@@ -107,18 +107,17 @@ class BufferRegistry {
     int pidfd = -1;  // readable once the process has exited
     size_t registrations = 0;
   };
-  // REQUIRES: mu_ held. Ends the registrations of processes that exited.
-  void SweepLocked();
-  // REQUIRES: mu_ held. Ends the registrations of `tgid` if it has exited
-  // (its number may have been reused since). Returns true if it had.
-  bool ReapIfGoneLocked(pid_t tgid);
-  // REQUIRES: mu_ held.
-  void EraseLocked(std::map<uint64_t, Registration>::iterator it);
+  // Ends the registrations of processes that exited.
+  void SweepLocked() REQUIRES(mu_);
+  // Ends the registrations of `tgid` if it has exited (its number may have
+  // been reused since). Returns true if it had.
+  bool ReapIfGoneLocked(pid_t tgid) REQUIRES(mu_);
+  void EraseLocked(std::map<uint64_t, Registration>::iterator it) REQUIRES(mu_);
 
-  std::mutex mu_;
-  uint64_t next_id_ = 1;                      // GUARDED_BY(mu_)
-  std::map<uint64_t, Registration> by_id_;    // GUARDED_BY(mu_)
-  std::map<pid_t, Process> processes_;        // GUARDED_BY(mu_)
+  Mutex mu_;
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Registration> by_id_ GUARDED_BY(mu_);
+  std::map<pid_t, Process> processes_ GUARDED_BY(mu_);
 };
 
 // Lets SIGBUS reach the calling thread (libfuse workers block every

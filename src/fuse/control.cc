@@ -11,10 +11,10 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include "common/mutex.h"
 #include "fs/stats.h"
 #include "fuse/op_counters.h"
 #include "fuse/permissions.h"
@@ -98,9 +98,9 @@ struct OpenFile {
   std::string content;  // a readable file's content, fixed at open
   // `prefetch`: the start of a line whose end has not been written yet (a
   // list longer than one write request arrives in pieces cut anywhere).
-  std::mutex mu;
-  std::string partial;    // GUARDED_BY(mu)
-  bool skipping = false;  // GUARDED_BY(mu): dropping the rest of an overlong line
+  Mutex mu;
+  std::string partial GUARDED_BY(mu);
+  bool skipping GUARDED_BY(mu) = false;  // dropping the rest of an overlong line
 };
 
 // Open control files by handle. A Read and the Release of one handle can
@@ -110,25 +110,25 @@ struct OpenFile {
 class OpenFiles {
  public:
   uint64_t Add(std::shared_ptr<OpenFile> f) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     const uint64_t id = next_++;
     open_.emplace(id, std::move(f));
     return id;
   }
   std::shared_ptr<OpenFile> Get(uint64_t id) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = open_.find(id);
     return it == open_.end() ? nullptr : it->second;
   }
   void Remove(uint64_t id) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     open_.erase(id);
   }
 
  private:
-  std::mutex mu_;
-  uint64_t next_ = 1;                                               // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> open_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  uint64_t next_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> open_ GUARDED_BY(mu_);
 };
 
 OpenFiles& Opened() {
@@ -159,9 +159,9 @@ constexpr size_t kMaxLine = PATH_MAX;
 // last failure, ENAMETOOLONG for a line over kMaxLine (the rest of it is
 // skipped).
 Status PrefetchLines(fs::FileSystem& fs, OpenFile& f, std::string_view data, bool at_close) {
-  std::lock_guard<std::mutex> l(f.mu);
+  MutexLock l(f.mu);
   Status result = Status::OK();
-  const auto end_line = [&] {
+  const auto end_line = [&]() REQUIRES(f.mu) {
     if (!f.skipping) {
       Status st = PrefetchName(fs, f.partial);
       if (!st.ok()) result = st;

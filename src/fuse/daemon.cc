@@ -9,9 +9,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "fuse/control.h"
 #include "fuse/ops.h"
 #include "fuse/permissions.h"
@@ -33,10 +33,10 @@ sigset_t TerminationSignals() {
 // --- libfuse's messages (see daemon.h).
 //
 // libfuse may build one line from several calls, so text is gathered up to
-// each newline. GUARDED_BY(g_log_mu): g_line, g_capture.
-std::mutex g_log_mu;
-std::string g_line;
-std::string* g_capture = nullptr;
+// each newline.
+Mutex g_log_mu;
+std::string g_line GUARDED_BY(g_log_mu);
+std::string* g_capture GUARDED_BY(g_log_mu) = nullptr;
 
 void LibfuseLog(enum fuse_log_level level, const char* fmt, va_list ap) {
   if (level == FUSE_LOG_DEBUG) {  // -d output, as libfuse writes it
@@ -45,7 +45,7 @@ void LibfuseLog(enum fuse_log_level level, const char* fmt, va_list ap) {
   }
   char buf[1024];
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
-  std::lock_guard<std::mutex> l(g_log_mu);
+  MutexLock l(g_log_mu);
   g_line += buf;
   size_t nl;
   while ((nl = g_line.find('\n')) != std::string::npos) {
@@ -69,16 +69,16 @@ void InstallLibfuseLog() { fuse_set_log_func(LibfuseLog); }
 class CapturedLibfuseLog {
  public:
   CapturedLibfuseLog() {
-    std::lock_guard<std::mutex> l(g_log_mu);
+    MutexLock l(g_log_mu);
     g_capture = &text_;
   }
   ~CapturedLibfuseLog() {
-    std::lock_guard<std::mutex> l(g_log_mu);
+    MutexLock l(g_log_mu);
     g_capture = nullptr;
   }
   // What libfuse said, or `fallback` if nothing.
   std::string Take(const std::string& fallback) {
-    std::lock_guard<std::mutex> l(g_log_mu);
+    MutexLock l(g_log_mu);
     if (!g_line.empty()) {  // a message without its newline
       if (!text_.empty()) text_ += "; ";
       text_ += g_line;

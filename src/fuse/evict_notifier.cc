@@ -17,7 +17,7 @@ std::shared_ptr<EvictNotifier> EvictNotifier::Install(fs::FileSystem& fs, fuse_s
 
 void EvictNotifier::Notify(uint64_t parent, std::string_view name, uint64_t ino) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (stopped_) return;
     ++busy_;
   }
@@ -28,16 +28,20 @@ void EvictNotifier::Notify(uint64_t parent, std::string_view name, uint64_t ino)
     spdlog::debug("eviction: notify_delete of inode {}: {}", ino, std::strerror(-rc));
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     --busy_;
   }
-  idle_.notify_all();
+  idle_.NotifyAll();
 }
 
 bool EvictNotifier::Stop(std::chrono::milliseconds wait) {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   stopped_ = true;
-  return idle_.wait_for(l, wait, [&] { return busy_ == 0; });
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (busy_ != 0) {
+    if (!idle_.WaitUntil(l, deadline)) return busy_ == 0;
+  }
+  return true;
 }
 
 }  // namespace kvfs::fuse

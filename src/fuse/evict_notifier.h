@@ -18,12 +18,11 @@
 #include <fuse_lowlevel.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string_view>
 
+#include "common/mutex.h"
 #include "fs/file_system.h"
 
 namespace kvfs::fuse {
@@ -42,10 +41,10 @@ class EvictNotifier {
  private:
   explicit EvictNotifier(fuse_session* se) : se_(se) {}
   fuse_session* const se_;
-  std::mutex mu_;
-  std::condition_variable idle_;
-  bool stopped_ = false;  // GUARDED_BY(mu_)
-  int busy_ = 0;          // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar idle_;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  int busy_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvfs::fuse

@@ -141,19 +141,22 @@ void InvalidateAttrs(fuse_req_t req, fuse_ino_t ino) {
 // --- PendingReplies
 
 void PendingReplies::Add() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   ++count_;
 }
 
 void PendingReplies::Done() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (--count_ == 0) zero_.notify_all();
+  MutexLock l(mu_);
+  if (--count_ == 0) zero_.NotifyAll();
 }
 
 void PendingReplies::WaitNone() {
-  std::unique_lock<std::mutex> l(mu_);
-  while (!zero_.wait_for(l, std::chrono::seconds(10), [this] { return count_ == 0; })) {
+  MutexLock l(mu_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (count_ != 0) {
+    if (zero_.WaitUntil(l, deadline)) continue;
     spdlog::warn("waiting for {} request(s) still being served before unmounting", count_);
+    deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   }
 }
 
@@ -191,7 +194,7 @@ AsyncReply::~AsyncReply() {
 
 void Interrupts::Watch(fuse_req_t req, std::shared_ptr<std::atomic<bool>> flag) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     flags_[req] = std::move(flag);
   }
   // Runs OnInterrupt at once if the interrupt came first; so not under mu_.
@@ -199,7 +202,7 @@ void Interrupts::Watch(fuse_req_t req, std::shared_ptr<std::atomic<bool>> flag) 
 }
 
 void Interrupts::Forget(fuse_req_t req) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   flags_.erase(req);
 }
 
@@ -209,7 +212,7 @@ void Interrupts::OnInterrupt(fuse_req_t req, void* self) {
   auto* in = static_cast<Interrupts*>(self);
   std::shared_ptr<std::atomic<bool>> flag;
   {
-    std::lock_guard<std::mutex> l(in->mu_);
+    MutexLock l(in->mu_);
     auto it = in->flags_.find(req);
     if (it == in->flags_.end()) return;
     flag = it->second;

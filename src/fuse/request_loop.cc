@@ -171,7 +171,7 @@ int RequestLoop::Run(const sigset_t& signals) {
   receiver.join();
   std::vector<std::thread> workers;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     workers.swap(workers_);
   }
   for (std::thread& t : workers) t.join();
@@ -182,9 +182,9 @@ int RequestLoop::Run(const sigset_t& signals) {
 void RequestLoop::Stop() {
   uint64_t one = 1;
   (void)!write(stop_fd_, &one, sizeof(one));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   stopping_ = true;
-  work_cv_.notify_all();
+  work_cv_.NotifyAll();
 }
 
 namespace {
@@ -202,14 +202,14 @@ void RequestLoop::Fail(int error) {
 }
 
 bool RequestLoop::Offload(const fuse_buf& buf, Done done, void* ctx) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (stopping_ || !HaveWorker()) return false;
   Queued q;
   q.buf = buf;
   q.done = done;
   q.ctx = ctx;
   queue_.push_back(q);
-  if (idle_workers_ > 0) work_cv_.notify_one();
+  if (idle_workers_ > 0) work_cv_.NotifyOne();
   return true;
 }
 
@@ -287,7 +287,7 @@ bool RequestLoop::HaveWorker() {
 }
 
 bool RequestLoop::Enqueue(fuse_buf& buf) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   const bool large = buf.size > kSmallRequest;
   if (large && queued_large_ >= kMaxQueuedLarge) return false;
   if (!HaveWorker()) return false;
@@ -310,7 +310,7 @@ bool RequestLoop::Enqueue(fuse_buf& buf) {
     q.buf.size = buf.size;
   }
   queue_.push_back(q);
-  if (idle_workers_ > 0) work_cv_.notify_one();
+  if (idle_workers_ > 0) work_cv_.NotifyOne();
   return true;
 }
 
@@ -319,7 +319,7 @@ void RequestLoop::Recycle(Queued& q) {
     q.done(q.ctx);
     return;
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   // A few receive buffers are kept for the receiver; copies and a burst's
   // other buffers go back to the allocator.
   if (q.large && spare_.size() < kSpareBuffers) {
@@ -330,12 +330,12 @@ void RequestLoop::Recycle(Queued& q) {
 }
 
 void RequestLoop::Work() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (;;) {
     if (queue_.empty()) {
       if (stopping_) return;
       ++idle_workers_;
-      work_cv_.wait(l, [this] { return stopping_ || !queue_.empty(); });
+      while (!stopping_ && queue_.empty()) work_cv_.Wait(l);
       --idle_workers_;
       continue;
     }
@@ -344,10 +344,10 @@ void RequestLoop::Work() {
     Queued q = queue_.front();
     queue_.pop_front();
     if (q.large) --queued_large_;
-    l.unlock();
+    l.Unlock();
     fuse_session_process_buf(se_, &q.buf);
     Recycle(q);
-    l.lock();
+    l.Lock();
   }
 }
 

@@ -31,12 +31,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace kvfs::fuse {
 
@@ -100,8 +100,7 @@ class RequestLoop {
   // queue and `buf` gets another (or none: libfuse allocates one).
   bool Enqueue(fuse_buf& buf);
   // Starts a worker if every one is busy; false if there is none at all.
-  // REQUIRES: mu_ held.
-  bool HaveWorker();
+  bool HaveWorker() REQUIRES(mu_);
   void Recycle(Queued& q);
   void Stop();
 
@@ -113,15 +112,14 @@ class RequestLoop {
   int stop_fd_ = -1;  // eventfd: readable once the loop is ending
   std::atomic<int> error_{0};  // the first error that ended the loop
 
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  // GUARDED_BY(mu_):
-  std::deque<Queued> queue_;  // requests for the workers
-  size_t queued_large_ = 0;
-  std::vector<fuse_buf> spare_;  // receive buffers to reuse
-  size_t idle_workers_ = 0;
-  bool stopping_ = false;
-  std::vector<std::thread> workers_;
+  Mutex mu_;
+  CondVar work_cv_;
+  std::deque<Queued> queue_ GUARDED_BY(mu_);  // requests for the workers
+  size_t queued_large_ GUARDED_BY(mu_) = 0;
+  std::vector<fuse_buf> spare_ GUARDED_BY(mu_);  // receive buffers to reuse
+  size_t idle_workers_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvfs::fuse

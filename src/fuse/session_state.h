@@ -9,12 +9,12 @@
 #include <fuse_lowlevel.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
+#include "common/mutex.h"
 #include "fs/batch.h"
 #include "fs/file_system.h"
 #include "fuse/buffer_registry.h"
@@ -45,9 +45,9 @@ class PendingReplies {
   void WaitNone();
 
  private:
-  std::mutex mu_;
-  std::condition_variable zero_;
-  uint64_t count_ = 0;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar zero_;
+  uint64_t count_ GUARDED_BY(mu_) = 0;
 };
 
 // Cancellation of requests the kernel interrupts (the caller gave up, e.g.
@@ -64,8 +64,8 @@ class Interrupts {
 
  private:
   static void OnInterrupt(fuse_req_t req, void* self);
-  std::mutex mu_;
-  std::unordered_map<fuse_req_t, std::shared_ptr<std::atomic<bool>>> flags_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unordered_map<fuse_req_t, std::shared_ptr<std::atomic<bool>>> flags_ GUARDED_BY(mu_);
 };
 
 struct SessionState {

@@ -79,6 +79,7 @@ std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
                 {"prefetch_wasted_bytes", s.cache.prefetch_wasted_bytes}};
   j["staging"] = {{"staged_bytes", s.staged_bytes}, {"bound_bytes", s.staging_bytes}};
   j["commits"] = {{"queued", s.queued_commits}, {"index", s.index_commits}};
+  j["lookup_underflows"] = s.lookup_underflows;
   j["atime"] = {{"updates", s.atime_updates}, {"flushes", s.atime_flushes}};
   j["name_cache"] = {{"entries", s.name_cache_entries}, {"bytes", s.name_cache_bytes}};
   j["space"] = {{"total_bytes", s.total_bytes},
@@ -196,6 +197,8 @@ std::string StatsToPrometheus(const fs::StatsSnapshot& s, const FrontEndStats& f
   gauge("kvfs_staged_bytes", "gauge", "Dirty bytes in staging buffers.", s.staged_bytes);
   gauge("kvfs_commits_queued", "gauge", "Index changes waiting to commit.", s.queued_commits);
   gauge("kvfs_index_commits_total", "counter", "Index batches written.", s.index_commits);
+  gauge("kvfs_lookup_underflows_total", "counter",
+        "Kernel forgets beyond an inode's lookup count (a kvfs bug).", s.lookup_underflows);
   gauge("kvfs_atime_updates_total", "counter", "Reads and opens that moved an atime.",
         s.atime_updates);
   gauge("kvfs_name_cache_entries", "gauge", "Names whose lookup answer is cached.",

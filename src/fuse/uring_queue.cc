@@ -110,8 +110,8 @@ int UringQueue::Start() {
   } catch (const std::system_error& e) {
     return EAGAIN;
   }
-  std::unique_lock<std::mutex> l(start_mu_);
-  start_cv_.wait(l, [this] { return started_; });
+  MutexLock l(start_mu_);
+  while (!started_) start_cv_.Wait(l);
   return start_error_;
 }
 
@@ -131,11 +131,11 @@ void UringQueue::Run() {
   RequestLoop::ServeAsReceiver();
   int err = SetUp();
   {
-    std::lock_guard<std::mutex> l(start_mu_);
+    MutexLock l(start_mu_);
     started_ = true;
     start_error_ = err;
   }
-  start_cv_.notify_all();
+  start_cv_.NotifyAll();
   if (err == 0) Serve();
   if (ring_ok_) io_uring_queue_exit(&ring_);
   ring_ok_ = false;
@@ -256,7 +256,7 @@ void UringQueue::Serve() {
       sleeping_.store(true, std::memory_order_seq_cst);
       bool pending;
       {
-        std::lock_guard<std::mutex> l(ready_mu_);
+        MutexLock l(ready_mu_);
         pending = !ready_.empty();
       }
       if (!pending) {
@@ -413,7 +413,7 @@ void UringQueue::PushReady(UringEntry* e) {
     return;
   }
   {
-    std::lock_guard<std::mutex> l(ready_mu_);
+    MutexLock l(ready_mu_);
     ready_.push_back(e);
     has_ready_.store(true, std::memory_order_release);
   }
@@ -428,7 +428,7 @@ void UringQueue::PushReady(UringEntry* e) {
 void UringQueue::DrainReady() {
   if (has_ready_.load(std::memory_order_acquire)) {
     {
-      std::lock_guard<std::mutex> l(ready_mu_);
+      MutexLock l(ready_mu_);
       taken_.swap(ready_);
       has_ready_.store(false, std::memory_order_relaxed);
     }

@@ -25,13 +25,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "fuse/uring_abi.h"
 
 namespace kvfs::fuse {
@@ -129,14 +128,14 @@ class UringQueue {
   size_t buffers_len_ = 0;
 
   // Start(): the thread's set-up result.
-  std::mutex start_mu_;
-  std::condition_variable start_cv_;
-  bool started_ = false;
-  int start_error_ = 0;
+  Mutex start_mu_;
+  CondVar start_cv_;
+  bool started_ GUARDED_BY(start_mu_) = false;
+  int start_error_ GUARDED_BY(start_mu_) = 0;
 
   // Entries ready to commit, queued by other threads.
-  std::mutex ready_mu_;
-  std::vector<UringEntry*> ready_;  // GUARDED_BY(ready_mu_)
+  Mutex ready_mu_;
+  std::vector<UringEntry*> ready_ GUARDED_BY(ready_mu_);
   std::atomic<bool> has_ready_{false};
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stopping_{false};

@@ -306,13 +306,13 @@ void UringTransport::Fail(const std::string& why) {
 
 void UringTransport::Track(UringEntry* e, uint64_t unique) {
   Shard& s = shards_[(unique >> 1) % kShards];
-  std::lock_guard<std::mutex> l(s.mu);
+  MutexLock l(s.mu);
   s.by_unique[unique] = e;
 }
 
 UringEntry* UringTransport::Untrack(uint64_t unique) {
   Shard& s = shards_[(unique >> 1) % kShards];
-  std::lock_guard<std::mutex> l(s.mu);
+  MutexLock l(s.mu);
   auto it = s.by_unique.find(unique);
   if (it == s.by_unique.end()) return nullptr;
   UringEntry* e = it->second;

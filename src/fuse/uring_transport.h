@@ -35,12 +35,12 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace kvfs::fuse {
@@ -143,8 +143,8 @@ class UringTransport {
   // that replies from many threads rarely meet on a lock.
   static constexpr size_t kShards = 16;
   struct Shard {
-    std::mutex mu;
-    std::unordered_map<uint64_t, UringEntry*> by_unique;  // GUARDED_BY(mu)
+    Mutex mu;
+    std::unordered_map<uint64_t, UringEntry*> by_unique GUARDED_BY(mu);
   };
   Shard shards_[kShards];
 };

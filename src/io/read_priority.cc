@@ -24,8 +24,8 @@ void ReadPriority::ReadDone() {
   if (reads_inflight_.fetch_sub(1) == 1 && sleepers_.load() > 0) {
     // Under the lock, so that a write between its check and its wait
     // cannot miss this.
-    std::lock_guard<std::mutex> l(mu_);
-    reads_ended_.notify_all();
+    MutexLock l(mu_);
+    reads_ended_.NotifyAll();
   }
 }
 
@@ -44,13 +44,15 @@ bool ReadPriority::WriteWouldWait(pid_t writer) const {
 
 void ReadPriority::Sleep(std::chrono::nanoseconds d) {
   if (options_.sleep) return options_.sleep(d);
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (reads_inflight_.load() == 0) {
     // No read in flight: only a new one could change the answer, and
     // nothing signals those; the quiet window ends on its own.
-    reads_ended_.wait_for(l, d);
+    reads_ended_.WaitFor(l, d);
   } else {
-    reads_ended_.wait_for(l, d, [this] { return reads_inflight_.load() == 0; });
+    const auto deadline = std::chrono::steady_clock::now() + d;
+    while (reads_inflight_.load() != 0 && reads_ended_.WaitUntil(l, deadline)) {
+    }
   }
 }
 

@@ -25,10 +25,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace kvfs::io {
 
@@ -102,8 +102,8 @@ class ReadPriority {
   // while the last read in flight ends is woken.
   std::atomic<uint32_t> reads_inflight_{0};
   std::atomic<uint32_t> sleepers_{0};  // writes in BeforeWrite
-  std::mutex mu_;
-  std::condition_variable reads_ended_;
+  Mutex mu_;
+  CondVar reads_ended_;
   std::atomic<uint64_t> waits_{0};
   std::atomic<uint64_t> waited_ns_{0};
 };

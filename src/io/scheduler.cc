@@ -143,14 +143,14 @@ Scheduler::Scheduler(device::BlockIo& io, const SchedulerOptions& options)
 
 Scheduler::~Scheduler() {
   {
-    std::unique_lock<std::mutex> l(drain_mu_);
-    drained_cv_.wait(l, [this] { return outstanding_.load(std::memory_order_acquire) == 0; });
+    MutexLock l(drain_mu_);
+    while (outstanding_.load(std::memory_order_acquire) != 0) drained_cv_.Wait(l);
   }
   {
-    std::lock_guard<std::mutex> l(cq_mu_);
+    MutexLock l(cq_mu_);
     cq_stop_ = true;
   }
-  cq_cv_.notify_all();
+  cq_cv_.NotifyAll();
   cq_thread_.join();
 }
 
@@ -187,7 +187,7 @@ void Scheduler::Submit(Lane lane, std::span<device::IoRequest> reqs, CancelFlag 
   std::vector<Op*> dropped;
   std::vector<device::IoRequest>& batch = tls_dispatch;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     LaneState& s = lanes_[li];
     for (Op* op : ops) {
       s.queue.push_back(op);
@@ -221,7 +221,7 @@ size_t Scheduler::Promote(const void* group) {
   std::vector<Op*> dropped;
   std::vector<device::IoRequest>& batch = tls_dispatch;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     LaneState& from = lanes_[LaneIndex(Lane::kPrefetch)];
     LaneState& to = lanes_[LaneIndex(Lane::kRead)];
     auto g = from.queued_groups.find(group);
@@ -374,7 +374,7 @@ void Scheduler::OnDeviceDone(Op* op, Status st) {
   std::vector<Op*> dropped;
   std::vector<device::IoRequest>& batch = tls_dispatch;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     LaneState& s = lanes_[li];
     s.inflight--;
     s.inflight_commands -= op->commands;
@@ -414,23 +414,23 @@ void Scheduler::CompleteUndispatched(Op* op, Status st) {
 
 void Scheduler::CompleteLater(Op* op, Status st) {
   {
-    std::lock_guard<std::mutex> l(cq_mu_);
+    MutexLock l(cq_mu_);
     cq_.emplace_back(op, std::move(st));
   }
-  cq_cv_.notify_one();
+  cq_cv_.NotifyOne();
 }
 
 void Scheduler::CompletionLoop() {
   pthread_setname_np(pthread_self(), "kvfs-io-sched");
-  std::unique_lock<std::mutex> l(cq_mu_);
+  MutexLock l(cq_mu_);
   while (true) {
-    cq_cv_.wait(l, [this] { return cq_stop_ || !cq_.empty(); });
+    while (!cq_stop_ && cq_.empty()) cq_cv_.Wait(l);
     if (cq_.empty()) return;  // cq_stop_: the destructor saw nothing outstanding
     auto [op, st] = std::move(cq_.front());
     cq_.pop_front();
-    l.unlock();
+    l.Unlock();
     CompleteUndispatched(op, std::move(st));
-    l.lock();
+    l.Lock();
   }
 }
 
@@ -439,7 +439,7 @@ void Scheduler::Cancel(const CancelFlag& flag) {
   flag->store(true, std::memory_order_release);
   std::vector<Op*> dropped;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (LaneState& s : lanes_) {
       const size_t before = dropped.size();
       for (Op* op : s.queue) {
@@ -464,8 +464,8 @@ void Scheduler::FinishOne() {
   while (v > 1) {
     if (outstanding_.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel)) return;
   }
-  std::lock_guard<std::mutex> l(drain_mu_);
-  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) drained_cv_.notify_all();
+  MutexLock l(drain_mu_);
+  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) drained_cv_.NotifyAll();
 }
 
 Status Scheduler::ReadSync(Lane lane, uint32_t device, uint64_t byte_off, void* buf, size_t len) {
@@ -484,7 +484,7 @@ Status Scheduler::FlushSync(Lane lane, uint32_t device) {
 std::array<LaneSnapshot, kLaneCount> Scheduler::Snapshot() const {
   std::array<LaneSnapshot, kLaneCount> out;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (size_t i = 0; i < kLaneCount; ++i) {
       const LaneState& s = lanes_[i];
       out[i].inflight = s.inflight;
@@ -510,7 +510,7 @@ std::array<LaneSnapshot, kLaneCount> Scheduler::Snapshot() const {
 std::vector<DeviceSnapshot> Scheduler::DeviceSnapshots() const {
   std::vector<DeviceSnapshot> out(slots_ - 1);
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (size_t d = 0; d < out.size(); ++d) {
       out[d].inflight_commands = device_inflight_[d];
       for (const LaneState& s : lanes_) out[d].inflight_bytes += s.dev[d].bytes;

@@ -77,11 +77,9 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <thread>
 #include <unordered_map>
@@ -89,6 +87,7 @@
 #include <vector>
 
 #include "common/histogram.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "device/block_io.h"
 #include "device/io_engine.h"
@@ -223,17 +222,19 @@ class Scheduler {
     uint64_t commands = 0;
     uint64_t bytes = 0;
   };
+  // Reached only through lanes_, so guarded by mu_ with it (the analysis
+  // checks lanes_; a nested type cannot name the outer mu_).
   struct LaneState {
-    std::deque<Op*> queue;           // GUARDED_BY(mu_), FIFO
-    uint64_t queued_bytes = 0;       // GUARDED_BY(mu_)
+    std::deque<Op*> queue;  // FIFO
+    uint64_t queued_bytes = 0;
     // Queued requests per non-null group, so that Promote() of a group
     // with nothing queued (its loads are at the device) costs no scan.
-    std::unordered_map<const void*, uint32_t> queued_groups;  // GUARDED_BY(mu_)
-    uint32_t inflight = 0;           // GUARDED_BY(mu_)
-    uint64_t inflight_commands = 0;  // GUARDED_BY(mu_)
-    uint64_t inflight_bytes = 0;     // GUARDED_BY(mu_)
+    std::unordered_map<const void*, uint32_t> queued_groups;
+    uint32_t inflight = 0;
+    uint64_t inflight_commands = 0;
+    uint64_t inflight_bytes = 0;
     // By device slot (DeviceSlot): the lane's per-device bounds apply here.
-    std::vector<DeviceShare> dev;    // GUARDED_BY(mu_)
+    std::vector<DeviceShare> dev;
   };
   struct alignas(64) DeviceStats {
     std::atomic<uint64_t> ops{0};
@@ -253,21 +254,19 @@ class Scheduler {
   };
 
   // Queue bookkeeping of `op` joining or leaving `s.queue` (the caller
-  // moves it). REQUIRES: mu_ held.
+  // moves it). The caller holds mu_ (`s` is one of lanes_).
   static void Queued(LaneState& s, const Op* op);
   static void Unqueued(LaneState& s, const Op* op);
   // Moves what may be dispatched now from the queues into `dispatch` (as
   // requests for io_) and cancelled heads into `dropped`.
-  // REQUIRES: mu_ held.
-  void Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>* dropped);
-  // Hands `batch` to io_ and clears it. REQUIRES: mu_ not held.
-  void Dispatch(std::vector<device::IoRequest>* batch);
+  void Pump(std::vector<device::IoRequest>* dispatch, std::vector<Op*>* dropped) REQUIRES(mu_);
+  // Hands `batch` to io_ and clears it.
+  void Dispatch(std::vector<device::IoRequest>* batch) EXCLUDES(mu_);
   // The completion of a dispatched request, on a thread of io_.
   void OnDeviceDone(Op* op, Status st);
   // Completes `op` with `st` without it having reached the device; runs
-  // `done` on the calling thread. REQUIRES: mu_ not held; not inside
-  // Submit() or Cancel().
-  void CompleteUndispatched(Op* op, Status st);
+  // `done` on the calling thread. Not inside Submit() or Cancel().
+  void CompleteUndispatched(Op* op, Status st) EXCLUDES(mu_);
   // Queues CompleteUndispatched(op, st) for the scheduler's thread.
   void CompleteLater(Op* op, Status st);
   void CompletionLoop();
@@ -286,10 +285,10 @@ class Scheduler {
   // for queue and counter updates: never while calling io_.Submit() or a
   // `done`. Lock order: before cq_mu_ (never the reverse); never held with
   // drain_mu_.
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   const size_t slots_;                       // device_count() + 1
-  std::array<LaneState, kLaneCount> lanes_;  // GUARDED_BY(mu_)
-  std::vector<uint64_t> device_inflight_;    // GUARDED_BY(mu_): commands, by slot
+  std::array<LaneState, kLaneCount> lanes_ GUARDED_BY(mu_);
+  std::vector<uint64_t> device_inflight_ GUARDED_BY(mu_);  // commands, by slot
   std::unique_ptr<DeviceStats[]> device_stats_;  // by slot
 
   std::array<LaneStats, kLaneCount> stats_;
@@ -298,15 +297,15 @@ class Scheduler {
   // under drain_mu_ (see FinishOne), so that the destructor cannot free the
   // scheduler under a thread still notifying it.
   std::atomic<uint64_t> outstanding_{0};
-  std::mutex drain_mu_;
-  std::condition_variable drained_cv_;
+  Mutex drain_mu_;
+  CondVar drained_cv_;
 
   // The scheduler's thread: completes requests dropped inside Submit() or
   // Cancel(), where `done` must not run.
-  std::mutex cq_mu_;
-  std::condition_variable cq_cv_;
-  std::deque<std::pair<Op*, Status>> cq_;  // GUARDED_BY(cq_mu_)
-  bool cq_stop_ = false;                   // GUARDED_BY(cq_mu_)
+  Mutex cq_mu_;
+  CondVar cq_cv_;
+  std::deque<std::pair<Op*, Status>> cq_ GUARDED_BY(cq_mu_);
+  bool cq_stop_ GUARDED_BY(cq_mu_) = false;
   std::thread cq_thread_;                  // last: started once the above exist
 };
 
