@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -117,7 +119,9 @@ void InodeTable::LookupUnderflow(uint64_t ino, uint64_t n, uint64_t had) {
   // A miscount left running shows up later as an inode dropped while the
   // kernel still uses it, or one that never leaves memory; stop at the
   // cause instead.
+  // On stderr too, as a failed assert says its reason.
   spdlog::default_logger()->flush();
+  std::fprintf(stderr, "kvfs: lookup count underflow on inode %" PRIu64 ", aborting\n", ino);
   std::abort();
 #endif
 }

@@ -123,8 +123,8 @@ TEST(InodeTableTest, AForgetBeyondTheLookupCountIsABug) {
   ASSERT_TRUE(f.table.GetLookedUp(7).ok());
 #ifndef NDEBUG
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(f.table.Forget(7, 2), "inode 7: the kernel forgot 2 lookups of 1");
-  EXPECT_DEATH(f.table.Forget(8, 1), "inode 8: the kernel forgot 1 lookups of 0");
+  EXPECT_DEATH(f.table.Forget(7, 2), "lookup count underflow on inode 7");
+  EXPECT_DEATH(f.table.Forget(8, 1), "lookup count underflow on inode 8");
 #else
   f.table.Forget(7, 2);
   EXPECT_EQ(f.table.lookup_underflows(), 1u);
