@@ -13,18 +13,18 @@ void AtimeLog::Add(InodePin pin) {
   updates_.fetch_add(1, std::memory_order_relaxed);
   bool early;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     dirty_.push_back(std::move(pin));
     early = dirty_.size() == kEarlyFlush;
   }
-  if (early) cv_.notify_all();
+  if (early) cv_.NotifyAll();
 }
 
 void AtimeLog::Flush() {
-  std::lock_guard<std::mutex> f(flush_mu_);
+  MutexLock f(flush_mu_);
   std::vector<InodePin> pins;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     pins.swap(dirty_);
   }
   if (pins.empty()) return;
@@ -34,22 +34,24 @@ void AtimeLog::Flush() {
 
 void AtimeLog::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void AtimeLog::Run() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   while (!stop_) {
-    cv_.wait_for(l, interval_, [&] { return stop_ || dirty_.size() >= kEarlyFlush; });
+    const auto deadline = std::chrono::steady_clock::now() + interval_;
+    while (!stop_ && dirty_.size() < kEarlyFlush && cv_.WaitUntil(l, deadline)) {
+    }
     if (stop_) break;
     if (dirty_.empty()) continue;
-    l.unlock();
+    l.Unlock();
     Flush();
-    l.lock();
+    l.Lock();
   }
 }
 

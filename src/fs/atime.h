@@ -28,13 +28,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "fs/file_system.h"
 #include "fs/inode_table.h"
 #include "index/records.h"
@@ -88,13 +87,13 @@ class AtimeLog {
 
   const std::chrono::milliseconds interval_;
   const FlushFn flush_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<InodePin> dirty_;  // GUARDED_BY(mu_)
-  bool stop_ = false;            // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<InodePin> dirty_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   // Serializes flushes (the thread's and Flush()'s), so that changes are
   // queued in the order the atimes were taken.
-  std::mutex flush_mu_;
+  Mutex flush_mu_;
   std::atomic<uint64_t> flushes_{0};
   std::atomic<uint64_t> updates_{0};
   std::thread thread_;

@@ -3,26 +3,26 @@
 namespace kvfs::fs {
 
 bool CachedChunk::WaitIfLoading(std::function<void(bool ok)> fn) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (state_ != State::kLoading) return false;
   waiters_.push_back(std::move(fn));
   return true;
 }
 
 bool CachedChunk::has_waiters() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return state_ == State::kLoading && !waiters_.empty();
 }
 
 CachedChunk::State CachedChunk::state() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return state_;
 }
 
 void CachedChunk::Finish(bool ok) {
   std::vector<std::function<void(bool)>> w;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     state_ = ok ? State::kReady : State::kFailed;
     w.swap(waiters_);
   }
@@ -39,7 +39,7 @@ ChunkCache::~ChunkCache() {
 
 std::shared_ptr<CachedChunk> ChunkCache::Get(uint64_t owner, uint64_t chunk, uint64_t version,
                                              bool count_miss) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = slots_.find({owner, chunk});
   if (it == slots_.end() || it->second.chunk->version != version) {
     if (count_miss) misses_.fetch_add(1, std::memory_order_relaxed);
@@ -101,7 +101,7 @@ ArenaBlock ChunkCache::AllocateLocked(uint64_t capacity, bool prefetch) {
 std::shared_ptr<CachedChunk> ChunkCache::StartLoad(uint64_t owner, uint64_t chunk,
                                                    uint64_t version, uint64_t capacity,
                                                    bool prefetch) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = slots_.find({owner, chunk});
   if (it != slots_.end()) {
     if (it->second.chunk->version == version) return nullptr;
@@ -125,13 +125,13 @@ std::shared_ptr<CachedChunk> ChunkCache::StartLoad(uint64_t owner, uint64_t chun
 }
 
 void ChunkCache::Erase(uint64_t owner, uint64_t chunk) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = slots_.find({owner, chunk});
   if (it != slots_.end()) EraseLocked(it);
 }
 
 void ChunkCache::EraseOwner(uint64_t owner) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = slots_.lower_bound({owner, 0});
   while (it != slots_.end() && it->first.first == owner) {
     auto next = std::next(it);
@@ -141,7 +141,7 @@ void ChunkCache::EraseOwner(uint64_t owner) {
 }
 
 void ChunkCache::Clear() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   while (!slots_.empty()) EraseLocked(slots_.begin());
 }
 
@@ -158,7 +158,7 @@ CacheCounters ChunkCache::counters() const {
   c.prefetch_used_bytes = prefetch_used_.load();
   c.prefetch_wasted_bytes = wasted_.load();
   c.budget = budget_;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   c.bytes = bytes_;
   c.entries = slots_.size();
   return c;

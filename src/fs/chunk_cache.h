@@ -31,11 +31,11 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
 #include "common/buddy_arena.h"
+#include "common/mutex.h"
 #include "fs/cache_stats.h"
 
 namespace kvfs::fs {
@@ -61,9 +61,9 @@ struct CachedChunk {
   std::atomic<bool> used{false};
 
  private:
-  mutable std::mutex mu_;
-  State state_ = State::kLoading;                        // GUARDED_BY(mu_)
-  std::vector<std::function<void(bool)>> waiters_;       // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  State state_ GUARDED_BY(mu_) = State::kLoading;
+  std::vector<std::function<void(bool)>> waiters_ GUARDED_BY(mu_);
 };
 
 // Counters are reported as fs::CacheStats (fs/cache_stats.h).
@@ -97,19 +97,18 @@ class ChunkCache {
     std::shared_ptr<CachedChunk> chunk;
     std::list<Key>::iterator lru;
   };
-  // REQUIRES: mu_ held.
-  void EraseLocked(std::map<Key, Slot>::iterator it);
+  void EraseLocked(std::map<Key, Slot>::iterator it) REQUIRES(mu_);
   // A block for `capacity` bytes, evicting ready entries as needed (for a
   // `prefetch`, none prefetched and not yet read); empty when loads in
   // flight (or readers of evicted entries) hold the room.
-  ArenaBlock AllocateLocked(uint64_t capacity, bool prefetch);
+  ArenaBlock AllocateLocked(uint64_t capacity, bool prefetch) REQUIRES(mu_);
 
   BuddyArena& arena_;
   const uint64_t budget_;
-  mutable std::mutex mu_;
-  std::map<Key, Slot> slots_;  // GUARDED_BY(mu_)
-  std::list<Key> lru_;         // front = most recent; GUARDED_BY(mu_)
-  uint64_t bytes_ = 0;         // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<Key, Slot> slots_ GUARDED_BY(mu_);
+  std::list<Key> lru_ GUARDED_BY(mu_);  // front = most recent
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> hits_{0}, misses_{0}, prefetched_{0}, prefetch_used_{0}, wasted_{0};
 };
 

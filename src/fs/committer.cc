@@ -21,65 +21,65 @@ Committer::Committer(index::Index& index, BuildFn build, CommittedFn committed, 
 
 Committer::~Committer() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   thread_.join();
 }
 
 void Committer::Enqueue(std::shared_ptr<Change> change) {
   bool wake;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (change->sync) urgent_ = true;
     queue_.push_back(std::move(change));
     wake = queue_.size() == 1 || urgent_;
   }
-  if (wake) cv_.notify_all();
+  if (wake) cv_.NotifyAll();
 }
 
 void Committer::OpenGate(const std::shared_ptr<Change>& change) {
   if (change->gates.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    std::lock_guard<std::mutex> l(mu_);
-    cv_.notify_all();
+    MutexLock l(mu_);
+    cv_.NotifyAll();
   }
 }
 
 size_t Committer::queued() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return queue_.size();
 }
 
 Status Committer::Drain(bool sync) {
   auto marker = std::make_shared<Change>();
   marker->sync = sync;
-  std::mutex m;
-  std::condition_variable cv;
+  Mutex m;
+  CondVar cv;
   bool done = false;
   Status result;
   marker->waiters.push_back([&](Status st) {
-    std::lock_guard<std::mutex> l(m);
+    MutexLock l(m);
     result = st;
     done = true;
-    cv.notify_all();
+    cv.NotifyAll();
   });
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     urgent_ = true;
     queue_.push_back(marker);
   }
-  cv_.notify_all();
-  std::unique_lock<std::mutex> l(m);
-  cv.wait(l, [&] { return done; });
+  cv_.NotifyAll();
+  MutexLock l(m);
+  while (!done) cv.Wait(l);
   return result;
 }
 
 void Committer::WaitStalled() {
-  std::unique_lock<std::mutex> l(mu_);
-  stalled_cv_.wait(l, [&] {
-    return stalled_ && (queue_.empty() || queue_.front()->gates.load() != 0);
-  });
+  MutexLock l(mu_);
+  while (!stalled_ || (!queue_.empty() && queue_.front()->gates.load() == 0)) {
+    stalled_cv_.Wait(l);
+  }
 }
 
 Status Committer::failure() const { return failed_.Get(); }
@@ -88,20 +88,26 @@ void Committer::Run() {
   for (;;) {
     std::vector<std::shared_ptr<Change>> group;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      auto head_ready = [&] { return !queue_.empty() && queue_.front()->gates.load() == 0; };
-      cv_.wait(l, [&] {
+      MutexLock l(mu_);
+      auto head_ready = [&]() REQUIRES(mu_) {
+        return !queue_.empty() && queue_.front()->gates.load() == 0;
+      };
+      for (;;) {
         stalled_ = !stop_ && !head_ready();
-        if (stalled_) stalled_cv_.notify_all();
-        return !stalled_;
-      });
+        if (!stalled_) break;
+        stalled_cv_.NotifyAll();
+        cv_.Wait(l);
+      }
       if (!head_ready()) {
         if (stop_) break;
         continue;
       }
       // Let more changes join the group unless someone waits.
       if (!urgent_ && !stop_ && interval_ms_ > 0) {
-        cv_.wait_for(l, std::chrono::milliseconds(interval_ms_), [&] { return urgent_ || stop_; });
+        const auto deadline =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(interval_ms_);
+        while (!urgent_ && !stop_ && cv_.WaitUntil(l, deadline)) {
+        }
       }
       while (!queue_.empty() && queue_.front()->gates.load() == 0 && group.size() < kMaxGroup) {
         group.push_back(std::move(queue_.front()));

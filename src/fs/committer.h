@@ -15,15 +15,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "common/extent.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/sticky_error.h"
 #include "fs/inode_table.h"
@@ -105,13 +104,13 @@ class Committer {
   std::atomic<bool> data_written_{false};
   std::atomic<uint64_t> commits_{0};
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Change>> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;                          // GUARDED_BY(mu_)
-  bool urgent_ = false;                        // GUARDED_BY(mu_)
-  bool stalled_ = false;  // GUARDED_BY(mu_): the thread waits with nothing ready
-  std::condition_variable stalled_cv_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<std::shared_ptr<Change>> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool urgent_ GUARDED_BY(mu_) = false;
+  bool stalled_ GUARDED_BY(mu_) = false;  // the thread waits with nothing ready
+  CondVar stalled_cv_;
   StickyError failed_;  // a failed device flush
   std::thread thread_;
 };

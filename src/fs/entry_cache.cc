@@ -28,7 +28,7 @@ void EntryCache::EraseLocked(Shard& s, std::list<Node>::iterator it) {
 std::optional<uint64_t> EntryCache::Get(uint64_t parent, std::string_view name) {
   std::string_view key = Key(parent, name);
   Shard& s = ShardOf(key);
-  std::lock_guard<std::mutex> l(s.mu);
+  MutexLock l(s.mu);
   auto it = s.map.find(key);
   if (it == s.map.end()) return std::nullopt;
   s.lru.splice(s.lru.begin(), s.lru, it->second);
@@ -39,7 +39,7 @@ void EntryCache::Put(uint64_t parent, std::string_view name, uint64_t child) {
   std::string_view key = Key(parent, name);
   const size_t charge = key.size() + kEntryOverhead;
   Shard& s = ShardOf(key);
-  std::lock_guard<std::mutex> l(s.mu);
+  MutexLock l(s.mu);
   auto it = s.map.find(key);
   if (it != s.map.end()) {
     it->second->child = child;
@@ -56,7 +56,7 @@ void EntryCache::Put(uint64_t parent, std::string_view name, uint64_t child) {
 void EntryCache::Erase(uint64_t parent, std::string_view name) {
   std::string_view key = Key(parent, name);
   Shard& s = ShardOf(key);
-  std::lock_guard<std::mutex> l(s.mu);
+  MutexLock l(s.mu);
   auto it = s.map.find(key);
   if (it != s.map.end()) EraseLocked(s, it->second);
 }
@@ -64,7 +64,7 @@ void EntryCache::Erase(uint64_t parent, std::string_view name) {
 size_t EntryCache::entries() const {
   size_t n = 0;
   for (const Shard& s : shards_) {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(s.mu);
     n += s.map.size();
   }
   return n;
@@ -73,7 +73,7 @@ size_t EntryCache::entries() const {
 size_t EntryCache::bytes() const {
   size_t n = 0;
   for (const Shard& s : shards_) {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(s.mu);
     n += s.bytes;
   }
   return n;

@@ -17,11 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#include "common/mutex.h"
 
 namespace kvfs::fs {
 
@@ -53,18 +54,18 @@ class EntryCache {
     uint64_t child;
   };
   struct Shard {
-    mutable std::mutex mu;
-    std::list<Node> lru;  // GUARDED_BY(mu), most recent first
+    mutable Mutex mu;
+    std::list<Node> lru GUARDED_BY(mu);  // most recent first
     // Keys view Node::key, which list nodes keep in place.
-    std::unordered_map<std::string_view, std::list<Node>::iterator> map;  // GUARDED_BY(mu)
-    size_t bytes = 0;  // GUARDED_BY(mu)
+    std::unordered_map<std::string_view, std::list<Node>::iterator> map GUARDED_BY(mu);
+    size_t bytes GUARDED_BY(mu) = 0;
   };
 
   // Builds the key in a thread-local buffer; the view lives until the next
   // call on this thread.
   static std::string_view Key(uint64_t parent, std::string_view name);
   Shard& ShardOf(std::string_view key);
-  static void EraseLocked(Shard& s, std::list<Node>::iterator it);
+  static void EraseLocked(Shard& s, std::list<Node>::iterator it) REQUIRES(s.mu);
 
   const size_t max_bytes_per_shard_;
   Shard shards_[kShards];

@@ -77,19 +77,19 @@ FileMemory::~FileMemory() {
 }
 
 bool FileMemory::WaitIfLoading(std::function<void(bool ok)> fn) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (state_ != State::kLoading) return false;
   waiters_.push_back(std::move(fn));
   return true;
 }
 
 FileMemory::State FileMemory::state() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return state_;
 }
 
 bool FileMemory::has_waiters() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return state_ == State::kLoading && !waiters_.empty();
 }
 
@@ -102,7 +102,7 @@ void FileMemory::Finish(bool ok) {
   if (!ok) (void)ftruncate(fd_, 0);  // nothing will read it: its pages go back
   std::vector<std::function<void(bool)>> waiters;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     state_ = ok ? State::kReady : State::kFailed;
     waiters.swap(waiters_);
   }
@@ -111,7 +111,7 @@ void FileMemory::Finish(bool ok) {
 
 int FileMemory::ExportId(const std::function<int(int fd)>& make,
                          std::function<void(int id)> release) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (export_id_ > 0) return export_id_;
   const int id = make(fd_);
   if (id > 0) {
@@ -122,14 +122,14 @@ int FileMemory::ExportId(const std::function<int(int fd)>& make,
 }
 
 int FileMemory::export_id() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return export_id_;
 }
 
 // ------------------------------------------------------------ the cache
 
 std::shared_ptr<FileMemory> FileMemoryCache::Get(uint64_t owner) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = slots_.find(owner);
   if (it == slots_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second.lru);
@@ -141,7 +141,7 @@ bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& 
   std::vector<std::shared_ptr<FileMemory>> gone;  // freed after the lock
   bool ok = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto same = slots_.find(owner);
     if (same != slots_.end()) EraseLocked(same, &gone);
     // Oldest first; entries that opens use or that are still loading stay.
@@ -196,7 +196,7 @@ void FileMemoryCache::EraseLocked(std::unordered_map<uint64_t, Slot>::iterator i
 
 void FileMemoryCache::Erase(uint64_t owner, const FileMemory* m) {
   std::vector<std::shared_ptr<FileMemory>> gone;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = slots_.find(owner);
   if (it == slots_.end()) return;
   if (m != nullptr && it->second.memory.get() != m) return;
@@ -206,7 +206,7 @@ void FileMemoryCache::Erase(uint64_t owner, const FileMemory* m) {
 
 void FileMemoryCache::Clear() {
   std::vector<std::shared_ptr<FileMemory>> gone;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (auto it = slots_.begin(); it != slots_.end();) {
     auto next = std::next(it);
     if (it->second.memory->opens.load() == 0) EraseLocked(it, &gone);
@@ -217,7 +217,7 @@ void FileMemoryCache::Clear() {
 void FileMemoryCache::MarkUsed(FileMemory& m) {
   hits_.fetch_add(1, std::memory_order_relaxed);
   if (!m.unused_prefetch.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> l(mu_);  // orders with EraseLocked's exchange
+  MutexLock l(mu_);  // orders with EraseLocked's exchange
   if (m.unused_prefetch.exchange(false)) {
     unused_prefetch_bytes_.fetch_sub(m.bytes(), std::memory_order_relaxed);
     prefetch_used_.fetch_add(m.bytes(), std::memory_order_relaxed);
@@ -228,7 +228,7 @@ FileMemoryCounters FileMemoryCache::counters() const {
   FileMemoryCounters c;
   c.budget_bytes = budget_;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     c.bytes = bytes_;
     c.files = slots_.size();
   }

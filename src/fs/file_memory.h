@@ -31,11 +31,11 @@
 #include <functional>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace kvfs::fs {
@@ -107,11 +107,11 @@ class FileMemory {
   const uint64_t mapped_;
   const MemoryVersion version_;
 
-  mutable std::mutex mu_;
-  State state_ = State::kLoading;                   // GUARDED_BY(mu_)
-  std::vector<std::function<void(bool)>> waiters_;  // GUARDED_BY(mu_)
-  int export_id_ = 0;                               // GUARDED_BY(mu_); 0: none
-  std::function<void(int)> export_release_;         // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  State state_ GUARDED_BY(mu_) = State::kLoading;
+  std::vector<std::function<void(bool)>> waiters_ GUARDED_BY(mu_);
+  int export_id_ GUARDED_BY(mu_) = 0;  // 0: none
+  std::function<void(int)> export_release_ GUARDED_BY(mu_);
 };
 
 struct FileMemoryCounters {
@@ -170,16 +170,16 @@ class FileMemoryCache {
     std::shared_ptr<FileMemory> memory;
     std::list<uint64_t>::iterator lru;
   };
-  // REQUIRES: mu_ held. The removed entries are appended to `gone` (freed
-  // by the caller outside the lock: ~FileMemory makes system calls).
+  // The removed entries are appended to `gone` (freed by the caller
+  // outside the lock: ~FileMemory makes system calls).
   void EraseLocked(std::unordered_map<uint64_t, Slot>::iterator it,
-                   std::vector<std::shared_ptr<FileMemory>>* gone);
+                   std::vector<std::shared_ptr<FileMemory>>* gone) REQUIRES(mu_);
 
   const uint64_t budget_;
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Slot> slots_;  // GUARDED_BY(mu_)
-  std::list<uint64_t> lru_;                   // front = most recent; GUARDED_BY(mu_)
-  uint64_t bytes_ = 0;                        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, Slot> slots_ GUARDED_BY(mu_);
+  std::list<uint64_t> lru_ GUARDED_BY(mu_);  // front = most recent
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> unused_prefetch_bytes_{0};
   std::atomic<uint64_t> loads_{0}, load_bytes_{0}, dropped_{0}, no_room_{0};
   std::atomic<uint64_t> served_opens_{0}, served_bytes_{0};

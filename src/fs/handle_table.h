@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "fs/inode_table.h"
 
 namespace kvfs::fs {
@@ -51,20 +52,20 @@ class HandleTable {
  public:
   uint64_t Add(Handle h) {
     const uint64_t fh = next_fh_++;
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     files_.emplace(fh, std::move(h));
     return fh;
   }
   // A copy of handle `fh`, or nullopt (the caller answers EBADF).
   std::optional<Handle> Get(uint64_t fh) const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = files_.find(fh);
     if (it == files_.end()) return std::nullopt;
     return it->second;
   }
   // Removes handle `fh` and returns it, or nullopt.
   std::optional<Handle> Take(uint64_t fh) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = files_.find(fh);
     if (it == files_.end()) return std::nullopt;
     Handle h = std::move(it->second);
@@ -74,20 +75,20 @@ class HandleTable {
 
   uint64_t AddDir(std::unique_ptr<DirHandle> d) {
     const uint64_t fh = next_fh_++;
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     dirs_.emplace(fh, std::move(d));
     return fh;
   }
   // The directory handle `dh`, or null. Stays valid until ReleaseDir(dh):
   // the kernel sends no READDIR of a handle after its RELEASEDIR.
   DirHandle* GetDir(uint64_t dh) const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = dirs_.find(dh);
     return it == dirs_.end() ? nullptr : it->second.get();
   }
   void ReleaseDir(uint64_t dh) {
     std::unique_ptr<DirHandle> gone;  // freed outside the lock
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = dirs_.find(dh);
     if (it == dirs_.end()) return;
     gone = std::move(it->second);
@@ -96,9 +97,9 @@ class HandleTable {
 
  private:
   std::atomic<uint64_t> next_fh_{1};
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Handle> files_;                      // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> dirs_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, Handle> files_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> dirs_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvfs::fs

@@ -16,7 +16,7 @@ InodeTable::InodeTable(LoadFn load, UnloadFn on_unload)
     : load_(std::move(load)), on_unload_(std::move(on_unload)) {}
 
 InodeTable::~InodeTable() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   inodes_.clear();
 }
 
@@ -47,12 +47,12 @@ Result<InodeRef> InodeTable::Load(uint64_t ino) {
 
 Result<InodeRef> InodeTable::Get(uint64_t ino) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = inodes_.find(ino);
     if (it != inodes_.end()) return it->second;
   }
   KVFS_ASSIGN_OR_RETURN(InodeRef state, Load(ino));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto [it, inserted] = inodes_.emplace(ino, state);
   return it->second;  // another thread may have loaded it first: use theirs
 }
@@ -60,7 +60,7 @@ Result<InodeRef> InodeTable::Get(uint64_t ino) {
 Result<InodePin> InodeTable::GetPinned(uint64_t ino) {
   for (;;) {
     KVFS_ASSIGN_OR_RETURN(InodeRef i, Get(ino));
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = inodes_.find(ino);
     if (it == inodes_.end() || it->second != i) continue;  // unloaded meanwhile: reload
     i->pins++;
@@ -71,7 +71,7 @@ Result<InodePin> InodeTable::GetPinned(uint64_t ino) {
 Result<InodeRef> InodeTable::GetLookedUp(uint64_t ino) {
   for (;;) {
     KVFS_ASSIGN_OR_RETURN(InodeRef i, Get(ino));
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = inodes_.find(ino);
     if (it == inodes_.end() || it->second != i) continue;
     i->lookups++;
@@ -80,13 +80,13 @@ Result<InodeRef> InodeTable::GetLookedUp(uint64_t ino) {
 }
 
 InodePin InodeTable::Pin(const InodeRef& inode) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   inode->pins++;
   return InodePin(this, inode);
 }
 
 InodePin InodeTable::PinIfCurrent(const InodeRef& inode) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = inodes_.find(inode->ino);
   if (it == inodes_.end() || it->second != inode) return InodePin();
   inode->pins++;
@@ -94,13 +94,13 @@ InodePin InodeTable::PinIfCurrent(const InodeRef& inode) {
 }
 
 void InodeTable::Unpin(const InodeRef& inode) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   inode->pins--;
   MaybeUnloadLocked(inode);
 }
 
 void InodeTable::Forget(uint64_t ino, uint64_t n) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = inodes_.find(ino);
   const uint64_t had = it == inodes_.end() ? 0 : it->second->lookups;
   if (n > had) LookupUnderflow(ino, n, had);
@@ -127,29 +127,29 @@ void InodeTable::LookupUnderflow(uint64_t ino, uint64_t n, uint64_t had) {
 }
 
 void InodeTable::AddOpen(InodeState& inode) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   inode.opens++;
 }
 
 bool InodeTable::DropOpen(InodeState& inode) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return --inode.opens == 0;
 }
 
 int InodeTable::opens(const InodeState& inode) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return inode.opens;
 }
 
 void InodeTable::Insert(const InodeRef& inode, uint64_t lookups, int opens) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   inode->lookups = lookups;
   inode->opens = opens;
   inodes_.emplace(inode->ino, inode);
 }
 
 void InodeTable::UnloadIfUnused(const InodeRef& inode) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   MaybeUnloadLocked(inode);
 }
 
@@ -165,7 +165,7 @@ void InodeTable::MaybeUnloadLocked(const InodeRef& inode) {
 }
 
 std::vector<InodeRef> InodeTable::All() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<InodeRef> all;
   all.reserve(inodes_.size());
   for (const auto& [ino, i] : inodes_) all.push_back(i);
@@ -173,7 +173,7 @@ std::vector<InodeRef> InodeTable::All() const {
 }
 
 size_t InodeTable::size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return inodes_.size();
 }
 

@@ -23,10 +23,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "fs/inode_state.h"
 
@@ -139,18 +139,18 @@ class InodeTable {
  private:
   friend class InodePin;
   void Unpin(const InodeRef& inode);
-  void MaybeUnloadLocked(const InodeRef& inode);  // REQUIRES: mu_ held
+  void MaybeUnloadLocked(const InodeRef& inode) REQUIRES(mu_);
   Result<InodeRef> Load(uint64_t ino);
   // Forget() of `n` where the kernel holds `had`: logs, counts, and in a
   // debug build aborts.
-  void LookupUnderflow(uint64_t ino, uint64_t n, uint64_t had);
+  void LookupUnderflow(uint64_t ino, uint64_t n, uint64_t had) REQUIRES(mu_);
 
   const LoadFn load_;
   const UnloadFn on_unload_;
   std::atomic<uint64_t> next_token_{1};
   std::atomic<uint64_t> lookup_underflows_{0};
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, InodeRef> inodes_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, InodeRef> inodes_ GUARDED_BY(mu_);
 };
 
 inline void InodePin::Reset() {

@@ -10,21 +10,21 @@ Prefetcher::~Prefetcher() { Stop(); }
 
 void Prefetcher::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     stop_ = true;
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
   if (thread_.joinable()) thread_.join();
 }
 
 void Prefetcher::Queue(InodeRef inode) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (queue_.size() >= kMaxQueued) return;
     queue_.push_back(std::move(inode));
     if (!NeedsWakeLocked()) return;
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 bool Prefetcher::NeedsWakeLocked() {
@@ -35,25 +35,25 @@ bool Prefetcher::NeedsWakeLocked() {
 
 void Prefetcher::NoteReadOpen(uint64_t ino) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     const ReadaheadDetector::Range r = readahead_.NoteOpen(ino, guesses_.size() < kMaxQueued);
     if (r.empty()) return;
     for (uint64_t i = r.first; i < r.end; ++i) guesses_.push_back(i);
     if (!NeedsWakeLocked()) return;
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void Prefetcher::Clear() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   queue_.clear();
   guesses_.clear();
   readahead_.Clear();
 }
 
 void Prefetcher::WaitIdle() {
-  std::unique_lock<std::mutex> l(mu_);
-  idle_cv_.wait(l, [this] { return stop_ || (queue_.empty() && guesses_.empty() && !working_); });
+  MutexLock l(mu_);
+  while (!stop_ && (!queue_.empty() || !guesses_.empty() || working_)) idle_cv_.Wait(l);
 }
 
 void Prefetcher::Loop() {
@@ -62,28 +62,28 @@ void Prefetcher::Loop() {
   bool gather_first = false;  // the last pass took only what woke the thread
   for (;;) {
     {
-      std::unique_lock<std::mutex> l(mu_);
-      // Lets producers queue for kGather; false: stop.
-      auto gather = [&] {
-        l.unlock();
+      MutexLock l(mu_);
+      // Lets producers queue for kGather; false: stop. Not checked: it
+      // gives back and retakes the caller's `l`, which the analysis does
+      // not follow into a lambda.
+      auto gather = [&]() NO_THREAD_SAFETY_ANALYSIS {
+        l.Unlock();
         std::this_thread::sleep_for(kGather);
-        l.lock();
+        l.Lock();
         return !stop_;
       };
       // A storm's next lookups, if they come, are gathered before the
       // thread would sleep again and need a wake-up per lookup.
       if (gather_first && !gather()) return;
       bool woken = false;  // the queues were empty: a producer woke this thread
-      cv_.wait(l, [this, &woken] {
-        if (queue_.empty() && guesses_.empty()) {
-          // Nothing to take (Clear may have emptied the queues after a
-          // producer signalled): the next producer must signal again.
-          wake_sent_ = false;
-          woken = true;
-          return stop_;
-        }
-        return true;
-      });
+      while (queue_.empty() && guesses_.empty()) {
+        // Nothing to take (Clear may have emptied the queues after a
+        // producer signalled): the next producer must signal again.
+        wake_sent_ = false;
+        woken = true;
+        if (stop_) break;
+        cv_.Wait(l);
+      }
       if (stop_) return;
       // What woke the thread goes to the device at once (gathering it too
       // left the device idle ~0.5 ms per 32-key request, 8% of a 256 KiB
@@ -100,10 +100,10 @@ void Prefetcher::Loop() {
     batch.clear();  // drops the references outside mu_
     inos.clear();
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       working_ = false;
     }
-    idle_cv_.notify_all();
+    idle_cv_.NotifyAll();
   }
 }
 

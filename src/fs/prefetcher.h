@@ -20,13 +20,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "fs/inode_table.h"
 #include "fs/readahead.h"
 
@@ -62,19 +61,19 @@ class Prefetcher {
  private:
   void Loop();
   // Whether a producer that just queued work must signal the thread (once
-  // until the thread next finds its queues empty). REQUIRES: mu_ held.
-  bool NeedsWakeLocked();
+  // until the thread next finds its queues empty).
+  bool NeedsWakeLocked() REQUIRES(mu_);
 
   const WorkFn work_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<InodeRef> queue_;     // GUARDED_BY(mu_)
-  std::vector<uint64_t> guesses_;   // GUARDED_BY(mu_)
-  ReadaheadDetector readahead_;     // GUARDED_BY(mu_)
-  bool stop_ = false;               // GUARDED_BY(mu_)
-  bool wake_sent_ = false;          // GUARDED_BY(mu_): signalled, queues not yet found empty
-  bool working_ = false;            // GUARDED_BY(mu_): a pass has taken work
-  std::condition_variable idle_cv_;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<InodeRef> queue_ GUARDED_BY(mu_);
+  std::vector<uint64_t> guesses_ GUARDED_BY(mu_);
+  ReadaheadDetector readahead_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool wake_sent_ GUARDED_BY(mu_) = false;  // signalled, queues not yet found empty
+  bool working_ GUARDED_BY(mu_) = false;  // a pass has taken work
+  CondVar idle_cv_;
   std::thread thread_;
 };
 
