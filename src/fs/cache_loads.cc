@@ -329,27 +329,12 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
       if (!inode->orphan) started = PrefetchLocked(inode, &reqs, &entries);
     }
     if (started > 0) {
-      RetainPrefetched(inode, &retained_readahead_, kRetainedReadahead);
+      retained_readahead_.Retain(table_.Pin(inode));
       sched_->Submit(io::Lane::kPrefetch, reqs);
       reqs.clear();
       PromoteWaitedFor(&entries);
     }
     // The pin goes here: unloads a guess loaded only for this and not retained.
-  }
-}
-
-void FileSystem::Impl::RetainPrefetched(const InodeRef& inode, std::deque<InodePin>* list,
-                                        size_t max) {
-  // The batch holds no kernel lookup on the file: without a pin the inode
-  // would leave the table when its loads finish, and its cache entries
-  // (keyed by the InodeState) with it.
-  InodePin pin = table_.Pin(inode);
-  InodePin oldest;  // released outside retained_mu_
-  std::lock_guard<std::mutex> l(retained_mu_);
-  list->push_back(std::move(pin));
-  if (list->size() > max) {
-    oldest = std::move(list->front());
-    list->pop_front();
   }
 }
 

@@ -87,11 +87,8 @@ FileSystem::Impl::~Impl() {
   cache_registrar_->Stop();
   atime_.reset();  // flushed by Shutdown(); its pins go before the table
   committer_.reset();
-  {
-    std::lock_guard<std::mutex> l(retained_mu_);
-    retained_prefetches_.clear();
-    retained_readahead_.clear();
-  }
+  retained_prefetches_.Clear();
+  retained_readahead_.Clear();
 }
 
 int64_t FileSystem::Impl::NowNs() {

@@ -62,6 +62,8 @@
 #include "fs/prefetcher.h"
 #include "fs/read_verify.h"
 #include "fs/recency.h"
+#include "fs/retained_pins.h"
+#include "fs/staged_inodes.h"
 #include "fs/stats.h"
 #include "io/scheduler.h"
 
@@ -409,12 +411,6 @@ class FileSystem::Impl {
   // The prefetcher's work (prefetch thread): the looked-up inodes still in
   // the table, then the readahead guesses that are files with a name.
   void PrefetchQueued(const std::vector<InodeRef>& looked_up, const std::vector<uint64_t>& guesses);
-  // Keeps an inode prefetched by the batch in the table (its cache entries
-  // are keyed by the InodeState), for the newest `max` of `list`:
-  // retained_prefetches_ (batch PREFETCH) or retained_readahead_
-  // (readahead guesses: their own, smaller list, so that a long load loop
-  // does not push out what a client asked for).
-  void RetainPrefetched(const InodeRef& inode, std::deque<InodePin>* list, size_t max);
   static constexpr size_t kRetainedPrefetches = 4096;
   // Readahead guesses kept in the table at most.
   static constexpr size_t kRetainedReadahead =
@@ -447,7 +443,8 @@ class FileSystem::Impl {
   std::unique_ptr<FileMemoryCache> memory_;
 
   // Lock order: ns_.mu() (fs/namespace.h), then an InodeState's mu, then
-  // the table's, handles', staged_mu_, retained_mu_ and the committer's.
+  // the table's, handles', staged_'s, the retained pins' and the
+  // committer's.
   // The eviction order's (recency_) is taken last, after any of them.
   Namespace ns_{volume_.index(), kEntryCacheBytes};
 
@@ -456,14 +453,15 @@ class FileSystem::Impl {
   InodeTable table_;
   HandleTable handles_;
 
-  // All InodeStates with staged chunks, for pushing out under pressure.
-  std::mutex staged_mu_;
-  std::unordered_map<uint64_t, std::weak_ptr<InodeState>> staged_inodes_;  // GUARDED_BY(staged_mu_)
+  // Inodes with staged chunks, pushed out when staging buffers run out.
+  StagedInodes staged_;
 
-  // Inodes pinned by RetainPrefetched(), oldest first.
-  std::mutex retained_mu_;
-  std::deque<InodePin> retained_prefetches_;  // GUARDED_BY(retained_mu_)
-  std::deque<InodePin> retained_readahead_;   // GUARDED_BY(retained_mu_)
+  // Inodes the cache loaded without a kernel lookup, kept in the table:
+  // what a batch PREFETCH asked for, and readahead guesses in a smaller
+  // list of their own, so that a long load loop does not push out what a
+  // client asked for.
+  RetainedPins retained_prefetches_{kRetainedPrefetches};
+  RetainedPins retained_readahead_{kRetainedReadahead};
 
   std::unique_ptr<Committer> committer_;
   // Holds pins (table_) and queues changes (committer_): stopped and
