@@ -363,9 +363,9 @@ class FileSystem {
   // many keys costs one index read per key.
   Status ExistsPath(uint64_t dir, std::string_view path, const Caller& caller);
   // ExistsPath of each of `paths`: codes[i] = 0 or the errno for paths[i]
-  // (codes.size() == paths.size()). One call walks a directory once for a
-  // run of names in it: a batched "contains" of 10,000 keys in one
-  // directory paid five lock round trips per key in the walk alone.
+  // (codes.size() == paths.size()). A run of names in one directory is
+  // walked once, so a batched "contains" of many keys costs a lock round
+  // trip per run, not five per key.
   void ExistsPaths(uint64_t dir, std::span<const std::string_view> paths, const Caller& caller,
                    std::span<int> codes);
   // Reads file bytes [off, off + dest.size()) of `path` into `dest` (read
