@@ -26,7 +26,7 @@
 //
 // Per-call rules (which calls are refused with EROFS after a failed commit,
 // which may wait for something slow and so must not run on a thread that
-// must never wait): fs/calls.h.
+// must never wait, which metric records each): fs/calls.h, one table.
 //
 // Thread safety: every method may be called from any thread concurrently.
 // Callbacks (`done`) run exactly once, on an engine or committer thread or
