@@ -173,9 +173,9 @@ struct BatchCall {
   // The registrations the entries use: mapped until the reply.
   std::map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
   // A call with READ entries reads until it replies: other callers' POSIX
-  // writes wait for it (io/read_priority.h). After `reply`, so that it
+  // writes wait for it (fuse/read_priority.h). After `reply`, so that it
   // ends first.
-  std::unique_ptr<io::ReadPriority::Reading> reading;
+  std::unique_ptr<ReadPriority::Reading> reading;
 };
 
 // Reads the entry table into call->entries. 0 or the call's errno.
@@ -435,7 +435,7 @@ void Batch(fuse_req_t req, fuse_ino_t ino, bool dir, const void* in_buf, size_t 
     call->reply = AsyncReply::Start(req, "batch");
     for (const fs::BatchItem& it : items) {
       if (it.op == fs::BatchOp::kRead && it.error == 0) {
-        call->reading = std::make_unique<io::ReadPriority::Reading>(s.read_priority,
+        call->reading = std::make_unique<ReadPriority::Reading>(s.read_priority,
                                                                      fuse_req_ctx(req)->pid);
         break;
       }
