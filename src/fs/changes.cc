@@ -48,7 +48,7 @@ void FileSystem::Impl::SettleOrphans(Change& c) {
     }
     std::unique_lock<std::mutex> l(i->mu);
     i->orphan_queued = true;
-    // Its last handle closed between DropLink and now: Release left the
+    // Its last handle closed between NameChange's drop of its name and now: Release left the
     // delete to this, so that it queues after the change above.
     if (i->orphan && !i->deleted && table_.opens(*i) == 0) DeleteOrphan(i, l);
   }
@@ -69,6 +69,11 @@ void FileSystem::Impl::SetPendingEntry(uint64_t parent, std::string_view name, u
   e.child = child;
   e.pending++;
   entry_cache_.Put(parent, name, child);
+}
+
+void FileSystem::Impl::QueueNameChange(const NameChange& change) {
+  for (const EntryOp& op : change.change()->entry_ops) SetPendingEntry(op.parent, op.name, op.child);
+  Enqueue(change.change());
 }
 
 std::shared_ptr<Change> FileSystem::Impl::QueueDataChange(const InodeRef& inode, bool sync) {

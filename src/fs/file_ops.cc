@@ -82,7 +82,7 @@ Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, KillPriv* kill
   if (!served && (flags & O_ACCMODE) != O_WRONLY && options_.prefetch != PrefetchMode::kOff) {
     PrefetchLocked(i);
   }
-  table_.AddOpen(*i);  // under i->mu: see DropLink
+  table_.AddOpen(*i);  // under i->mu: see NameChange::DropName
   if (served && pending) {
     served->pending.fetch_add(1);
   } else if (served) {

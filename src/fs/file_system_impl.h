@@ -56,6 +56,7 @@
 #include "fs/handle_table.h"
 #include "fs/inode_state.h"
 #include "fs/inode_table.h"
+#include "fs/name_change.h"
 #include "fs/namespace_lock.h"
 #include "fs/path.h"
 #include "fs/prefetcher.h"
@@ -71,11 +72,6 @@ struct PendingEntry {
   uint64_t child = 0;  // 0: deleted
   int pending = 0;     // queued changes that set it
 };
-
-// Drops the one name of `v` (== *ref; a regular file or an empty directory)
-// inside change `c`: an orphan if it is open, deleted otherwise (rename-over,
-// unlink and WriteFile's replace). REQUIRES: ns_mu_ held exclusively.
-void DropLink(InodeState& v, const InodeRef& ref, Change& c, const InodeTable& table, int64_t now);
 
 // Appends the extents `alloc` (written, with checksums `crcs`) to chunk
 // `ci`'s installed extents, laid out from the chunk's start.
@@ -296,6 +292,12 @@ class FileSystem::Impl {
   // A change that captures `inode`'s live record.
   void EnqueueRecord(const InodeRef& inode);
   void SetPendingEntry(uint64_t parent, std::string_view name, uint64_t child);  // REQUIRES: ns_mu_
+  // A builder for one name change (fs/name_change.h), stamped now, telling
+  // the eviction order. REQUIRES: ns_mu_ held exclusively until it is queued.
+  NameChange NewNameChange() { return NameChange(table_, recency_.get(), NowNs()); }
+  // Queues a built name change: its entries become pending, then the
+  // committer has it. REQUIRES: ns_mu_ held exclusively.
+  void QueueNameChange(const NameChange& change);
   // Queues a change that captures `inode`'s data once every write in flight
   // now has completed. REQUIRES: inode->mu held.
   std::shared_ptr<Change> QueueDataChange(const InodeRef& inode, bool sync);

@@ -79,7 +79,7 @@ Attr FileSystem::Impl::AttrAndPrefetch(const InodeRef& inode, bool only_idle) {
     prefetch = prefetch && inode->is_reg() && !inode->deleted && !inode->orphan;
     if (prefetch && only_idle) {
       prefetch = inode->inflight_writes == 0 && !inode->data_change_queued &&
-                 table_.opens(*inode) == 0;  // under mu: see DropLink
+                 table_.opens(*inode) == 0;  // under mu: see NameChange::DropName
     }
   }
   // Connectors check which keys exist before they load them: start reading.
@@ -200,27 +200,20 @@ Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view na
   auto existing = ResolveEntry(parent, name);
   if (existing.ok()) return Status::Error(EEXIST, "name exists");
   if (existing.status().code() != ENOENT) return existing.status();
+  {
+    // Stays so: rmdir takes ns_mu_, held here.
+    std::lock_guard<std::mutex> l(p->mu);
+    if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
+  }
   const bool is_dir = (mode & S_IFMT) == S_IFDIR;
-  const int64_t now = NowNs();
-  index::Inode rec = NewRecord(mode, caller, now);
+  NameChange change = NewNameChange();
+  index::Inode rec = NewRecord(mode, caller, change.now_ns());
   if (is_dir) rec.parent = parent;
   InheritSetgid(*p, &rec);
   InodeRef child = table_.Make(rec);
-  {
-    std::lock_guard<std::mutex> l(p->mu);
-    if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
-    p->rec.size++;
-    if (is_dir) p->rec.nlink++;  // the child's ".."
-    p->rec.mtime_ns = p->rec.ctime_ns = now;
-  }
   table_.Insert(child, /*lookups=*/1, /*opens=*/is_dir ? 0 : 1);  // create(2) returns it open
-  if (!is_dir && recency_) recency_->Insert(rec.ino, parent, name, now);
-  auto c = NewChange();
-  c->entry_ops.push_back({parent, std::string(name), rec.ino});
-  c->inodes = {child, p};
-  c->deltas.push_back({p, +1, is_dir ? +1 : 0});
-  SetPendingEntry(parent, name, rec.ino);
-  Enqueue(c);
+  change.Link(p, name, child);
+  QueueNameChange(change);
   return child;
 }
 
@@ -233,48 +226,16 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
   if (!p->is_dir()) return Status::Error(ENOTDIR, "rmdir");
   KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
   KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
-  const int64_t now = NowNs();
   {
     std::lock_guard<std::mutex> l(d->mu);
     if (!d->is_dir()) return Status::Error(ENOTDIR, "rmdir");
+    // Stays so: entries change only under ns_mu_, held here.
     if (d->rec.size > 0) return Status::Error(ENOTEMPTY, "rmdir");
-    d->rec.nlink = 0;
-    d->deleted = true;
   }
-  {
-    std::lock_guard<std::mutex> l(p->mu);
-    p->rec.size--;
-    p->rec.nlink--;
-    p->rec.mtime_ns = p->rec.ctime_ns = now;
-  }
-  auto c = NewChange();
-  c->entry_ops.push_back({parent, std::string(name), 0});
-  c->inodes = {p};
-  c->deletes = {d};
-  c->deltas.push_back({p, -1, -1});
-  SetPendingEntry(parent, name, 0);
-  Enqueue(c);
+  NameChange change = NewNameChange();
+  change.Unlink(p, name, d);
+  QueueNameChange(change);
   return Status::OK();
-}
-
-void DropLink(InodeState& v, const InodeRef& ref, Change& c, const InodeTable& table, int64_t now) {
-  std::lock_guard<std::mutex> l(v.mu);
-  // Decided under v.mu, where Open() checks `deleted` and counts itself: an
-  // open racing this either counts first (the file becomes an orphan) or
-  // sees it deleted (ESTALE), never a handle on a file whose data is freed.
-  const bool open = !v.is_dir() && table.opens(v) > 0;
-  c.deltas.push_back({ref, 0, -static_cast<int32_t>(v.rec.nlink)});
-  v.rec.nlink = 0;
-  v.rec.ctime_ns = now;
-  if (open) {
-    v.orphan = true;
-    v.orphan_queued = false;  // until Enqueue(c) settles it
-    c.inodes.push_back(ref);
-    c.orphan_puts.push_back(v.rec.ino);
-  } else {
-    v.deleted = true;
-    c.deletes.push_back(ref);
-  }
 }
 
 Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name) {
@@ -289,20 +250,9 @@ Status FileSystem::Impl::UnlinkLocked(uint64_t parent, std::string_view name) {
   KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
   KVFS_ASSIGN_OR_RETURN(InodeRef v, table_.Get(ino));
   if (v->is_dir()) return Status::Error(EISDIR, "unlink");
-  const int64_t now = NowNs();
-  auto c = NewChange();
-  c->entry_ops.push_back({parent, std::string(name), 0});
-  DropLink(*v, v, *c, table_, now);
-  if (recency_) recency_->Remove(ino);
-  {
-    std::lock_guard<std::mutex> l(p->mu);
-    p->rec.size--;
-    p->rec.mtime_ns = p->rec.ctime_ns = now;
-  }
-  c->inodes.push_back(p);
-  c->deltas.push_back({p, -1, 0});
-  SetPendingEntry(parent, name, 0);
-  Enqueue(c);
+  NameChange change = NewNameChange();
+  change.Unlink(p, name, v);
+  QueueNameChange(change);
   return Status::OK();
 }
 
@@ -346,47 +296,14 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
     }
   }
 
-  const int64_t now = NowNs();
   // The new name must not become visible before the data written so far.
   if (x->is_reg()) {
     std::unique_lock<std::mutex> l(x->mu);
     WriteOutAndQueue(x, l);
   }
-  auto c = NewChange();
-  c->entry_ops.push_back({parent, std::string(name), 0});
-  c->entry_ops.push_back({new_parent, std::string(new_name), src});
-  if (y) DropLink(*y, y, *c, table_, now);
-  if (recency_) {
-    if (y) recency_->Remove(y->ino);
-    if (x->is_reg()) recency_->Rename(src, new_parent, new_name);
-  }
-  {
-    std::lock_guard<std::mutex> l(x->mu);
-    x->rec.ctime_ns = now;
-    if (x->is_dir()) x->rec.parent = new_parent;
-  }
-  {
-    std::lock_guard<std::mutex> l(p->mu);
-    p->rec.size--;
-    if (x->is_dir() && parent != new_parent) p->rec.nlink--;
-    p->rec.mtime_ns = p->rec.ctime_ns = now;
-  }
-  {
-    std::lock_guard<std::mutex> l(np->mu);
-    if (!y) np->rec.size++;
-    if (x->is_dir() && parent != new_parent) np->rec.nlink++;
-    if (y && y->is_dir()) np->rec.nlink--;
-    np->rec.mtime_ns = np->rec.ctime_ns = now;
-  }
-  const bool moved_dir = x->is_dir() && parent != new_parent;
-  c->deltas.push_back({p, -1, moved_dir ? -1 : 0});
-  c->deltas.push_back({np, y ? 0 : +1, (moved_dir ? 1 : 0) - (y && y->is_dir() ? 1 : 0)});
-  c->inodes.push_back(x);
-  c->inodes.push_back(p);
-  if (np != p) c->inodes.push_back(np);
-  SetPendingEntry(parent, name, 0);
-  SetPendingEntry(new_parent, new_name, src);
-  Enqueue(c);
+  NameChange change = NewNameChange();
+  change.Move(p, name, np, new_name, x, y);
+  QueueNameChange(change);
   return Status::OK();
 }
 

@@ -37,6 +37,8 @@
 #include <utility>
 #include <vector>
 
+#include "fs/name_observer.h"
+
 namespace kvfs::fs {
 
 // The last use of one file, ns since the epoch (NowNs).
@@ -50,7 +52,7 @@ struct UseStamp {
   }
 };
 
-class Recency {
+class Recency : public NameObserver {
  public:
   struct Entry {
     uint64_t ino = 0;
@@ -78,6 +80,15 @@ class Recency {
   // `pass_over` (files the caller looked at already).
   std::vector<Entry> Oldest(size_t n, const std::unordered_set<uint64_t>& pass_over);
   size_t size() const;
+
+  // NameObserver: the namespace's name changes, as Insert, Rename, Remove.
+  void Named(uint64_t ino, uint64_t parent, std::string_view name, int64_t now_ns) override {
+    Insert(ino, parent, name, now_ns);
+  }
+  void Moved(uint64_t ino, uint64_t parent, std::string_view name) override {
+    Rename(ino, parent, name);
+  }
+  void Unnamed(uint64_t ino) override { Remove(ino); }
 
  private:
   struct Node {

@@ -257,8 +257,8 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
     if (!y.ok()) {
       st = y.status();
     } else {
-      const int64_t now = NowNs();
-      index::Inode rec = NewRecord(S_IFREG | 0644, ws->caller, now);
+      NameChange change = NewNameChange();
+      index::Inode rec = NewRecord(S_IFREG | 0644, ws->caller, change.now_ns());
       InheritSetgid(*p, &rec);
       rec.size = ws->size;
       InodeRef file = table_.Make(rec);
@@ -268,23 +268,9 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
         cs.installed_seq = ++file->chunk_seq;
       }
       table_.Insert(file, /*lookups=*/0, /*opens=*/0);
-      auto c = NewChange();
-      c->entry_ops.push_back({p->ino, ws->leaf, rec.ino});
-      c->inodes = {file, p};
-      const InodeRef& old = *y;
-      if (old) DropLink(*old, old, *c, table_, now);  // its readers keep it (rename-over)
-      if (recency_) {
-        if (old) recency_->Remove(old->ino);
-        recency_->Insert(rec.ino, p->ino, ws->leaf, now);
-      }
-      {
-        std::lock_guard<std::mutex> l(p->mu);
-        if (!old) p->rec.size++;
-        p->rec.mtime_ns = p->rec.ctime_ns = now;
-      }
-      c->deltas.push_back({p, old ? 0 : +1, 0});
-      SetPendingEntry(p->ino, ws->leaf, rec.ino);
-      Enqueue(c);
+      // The replaced file's readers keep it (as rename-over).
+      change.Replace(p, ws->leaf, file, *y);
+      QueueNameChange(change);
     }
   }
   if (!st.ok()) ws->FreePlan(*this);

@@ -21,19 +21,10 @@ std::vector<MountOption> FaultOptionTable() {
                    "tests only: device I/O overlapping a rule's byte range fails with EIO; RULE "
                    "is OP:OFFSET:LEN[:DEVICE], OP one of read, write, flush; DEVICE counts "
                    "from 0, 0 if left out"));
-  MountOption shape;
-  shape.name = "shape";
-  shape.kind = OptionKind::kFlagOrText;
-  shape.value = "RULE[/...]";
-  shape.help =
+  t.push_back(FlagOrText(
+      "shape", "RULE[/...]", [](auto& o) -> auto& { return o.faults.shape; },
       "tests and benchmarks: each device completes commands as an NVMe drive would (80 us per "
-      "command, 2000 MB/s); RULE is LAT_US:MB_S[:DEVICE], DEVICE counts from 0";
-  shape.set = [](DaemonOptions& o, std::optional<std::string_view> text) {
-    o.faults.shape = std::string(text.value_or(""));
-    return Status::OK();
-  };
-  shape.get = [](const DaemonOptions& o) { return o.faults.shape ? "on" : "off"; };
-  t.push_back(std::move(shape));
+      "command, 2000 MB/s); RULE is LAT_US:MB_S[:DEVICE], DEVICE counts from 0"));
   return t;
 }
 

@@ -87,12 +87,17 @@ std::vector<MountOption> BuildTable() {
                        [](auto& o) -> auto& { return o.mount.max_request; },
                        "io_uring transport: largest FUSE read or write, MiB; above 1 the "
                        "kernel's fs.fuse.max_pages_limit must allow it"));
-  for (Lane lane : {Lane::kRead, Lane::kWrite, Lane::kPrefetch, Lane::kMeta, Lane::kDelete}) {
-    t.push_back(Unsigned(std::string("lane_") + io::LaneName(lane), "N", {}, 1,
-                         [i = LaneIndex(lane)](auto& o) -> auto& { return o.fs.lane_commands[i]; },
-                         std::string("device commands in flight on the ") + io::LaneName(lane) +
+  auto lane = [&t](const char* name, Lane l) {
+    t.push_back(Unsigned(name, "N", {}, 1,
+                         [i = LaneIndex(l)](auto& o) -> auto& { return o.fs.lane_commands[i]; },
+                         std::string("device commands in flight on the ") + io::LaneName(l) +
                              " lane (0: derived from rings; see docs/operations.md)"));
-  }
+  };
+  lane("lane_read", Lane::kRead);
+  lane("lane_write", Lane::kWrite);
+  lane("lane_prefetch", Lane::kPrefetch);
+  lane("lane_meta", Lane::kMeta);
+  lane("lane_delete", Lane::kDelete);
   const char* atime_help =
       "when a read moves a file's atime: when it is not newer than mtime/ctime or a day old";
   t.push_back(Flag("relatime", AtimeMode::kRelatime, [](auto& o) -> auto& { return o.fs.atime; },

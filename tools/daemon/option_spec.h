@@ -89,6 +89,10 @@ MountOption Choice(std::string name, std::vector<std::pair<std::string, T>> name
 // The name alone sets the member to `value`.
 template <typename T, typename Field>
 MountOption Flag(std::string name, T value, Field field, std::string help);
+// The name alone, or name=TEXT, into a std::optional<std::string> member
+// (the name alone gives "").
+template <typename Field>
+MountOption FlagOrText(std::string name, std::string value, Field field, std::string help);
 // Free text into a std::string member; `check` (optional) may refuse it or
 // rewrite it (e.g. make a path absolute).
 template <typename Field>
@@ -216,6 +220,21 @@ MountOption Text(std::string name, std::string value, Field field, std::string h
   };
   o.get = [field](const DaemonOptions& d) -> std::string { return field(d); };
   o.name = std::move(name);
+  return o;
+}
+
+template <typename Field>
+MountOption FlagOrText(std::string name, std::string value, Field field, std::string help) {
+  MountOption o;
+  o.name = std::move(name);
+  o.kind = OptionKind::kFlagOrText;
+  o.value = std::move(value);
+  o.help = std::move(help);
+  o.set = [field](DaemonOptions& d, std::optional<std::string_view> text) {
+    field(d) = std::string(text.value_or(""));
+    return Status::OK();
+  };
+  o.get = [field](const DaemonOptions& d) -> std::string { return field(d) ? "on" : "off"; };
   return o;
 }
 
