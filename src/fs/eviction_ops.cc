@@ -100,7 +100,7 @@ Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
   const int64_t now = NowNs();
   const int64_t min_age = options_.eviction.min_age_ns;
   std::unordered_set<uint64_t> kept;  // looked at and protected: passed over
-  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  NamespaceWriteLock ns(ns_.mu());
   for (;;) {
     std::vector<Recency::Entry> cands = recency_->Oldest(max_files, kept);
     if (cands.empty()) return b;
@@ -108,7 +108,7 @@ Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
       if (b.files >= max_files || b.bytes >= bytes) return b;
       // Least recently used first: every file after this one was used later.
       if (now - c.last_use_ns < min_age) return b;
-      Result<uint64_t> named = ResolveEntry(c.parent, c.name);
+      Result<uint64_t> named = ns_.Resolve(c.parent, c.name);
       if (!named.ok() || *named != c.ino) {  // a name change it was not told of
         spdlog::warn("eviction: inode {} is not {} in {}; no longer tracked", c.ino, c.name,
                      c.parent);
@@ -124,7 +124,7 @@ Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
       bool keep;
       {
         std::lock_guard<std::mutex> l((*v)->mu);
-        // Used since Oldest() looked (getattr and read take no ns_mu_): not
+        // Used since Oldest() looked (getattr and read take no ns_.mu()): not
         // the oldest any more.
         keep = Protected(**v, table_) != nullptr ||
                c.stamp->ns.load(std::memory_order_relaxed) != c.last_use_ns;

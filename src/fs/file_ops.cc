@@ -38,7 +38,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
   }
   InodeRef file;
   {
-    std::lock_guard<NamespaceLock> ns(ns_mu_);
+    NamespaceWriteLock ns(ns_.mu());
     KVFS_ASSIGN_OR_RETURN(file, AddChild(parent, name, S_IFREG | (mode & 07777), caller));
   }
   const uint64_t fh = handles_.Add(Handle{file, flags, nullptr});
@@ -270,7 +270,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
     // The last handle of a file unlinked while open: it goes away now, in
     // a change queued after the unlink's. If the unlink's change is not
     // queued yet, its SettleOrphans() queues the delete instead (taking
-    // ns_mu_ here could wait behind a batch's walk).
+    // ns_.mu() here could wait behind a batch's walk).
     if (i->orphan_queued) DeleteOrphan(i, l);
     return;
   }

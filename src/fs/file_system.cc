@@ -87,11 +87,8 @@ FileSystem::Impl::~Impl() {
   cache_registrar_->Stop();
   atime_.reset();  // flushed by Shutdown(); its pins go before the table
   committer_.reset();
-  {
-    std::lock_guard<std::mutex> l(retained_mu_);
-    retained_prefetches_.clear();
-    retained_readahead_.clear();
-  }
+  retained_prefetches_.Clear();
+  retained_readahead_.Clear();
 }
 
 int64_t FileSystem::Impl::NowNs() {
@@ -139,9 +136,9 @@ Result<uint64_t> FileSystem::Impl::ResolvePath(std::string_view path) {
   parts.clear();
   KVFS_RETURN_IF_ERROR(SplitPath(path, &parts));
   uint64_t ino = kRootIno;
-  std::shared_lock<NamespaceLock> ns(ns_mu_);  // a walk changes nothing ns_mu_ guards
+  NamespaceReadLock ns(ns_.mu());  // a walk changes nothing ns_.mu() guards
   for (std::string_view part : parts) {
-    KVFS_ASSIGN_OR_RETURN(ino, ResolveEntry(ino, part));
+    KVFS_ASSIGN_OR_RETURN(ino, ns_.Resolve(ino, part));
   }
   return ino;
 }
@@ -158,8 +155,8 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.index_commits = committer_->commits();
   s.atime_updates = atime_->updates();
   s.atime_flushes = atime_->flushes();
-  s.name_cache_entries = entry_cache_.entries();
-  s.name_cache_bytes = entry_cache_.bytes();
+  s.name_cache_entries = ns_.cached_entries();
+  s.name_cache_bytes = ns_.cached_bytes();
   s.zero_copy_bytes = metrics_.zero_copy_bytes();
   auto lanes = sched_->Snapshot();
   for (size_t k = 0; k < lanes.size(); ++k) {

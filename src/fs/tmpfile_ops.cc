@@ -26,7 +26,7 @@ Result<FileSystem::Created> FileSystem::Impl::CreateUnnamed(uint64_t parent, uin
   }
   InodeRef file;
   {
-    std::lock_guard<NamespaceLock> ns(ns_mu_);  // SettleOrphans (in Enqueue) requires it
+    NamespaceWriteLock ns(ns_.mu());  // SettleOrphans (in Enqueue) requires it
     KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
     if (!p->is_dir()) return Status::Error(ENOTDIR, "O_TMPFILE in a non-directory");
     {
@@ -60,7 +60,7 @@ Result<Attr> FileSystem::Impl::Link(uint64_t ino, uint64_t new_parent,
                                     std::string_view new_name) {
   KVFS_RETURN_IF_ERROR(CheckName(new_name));
   if (IsDotName(new_name)) return Status::Error(EEXIST, "link");
-  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  NamespaceWriteLock ns(ns_.mu());
   KVFS_ASSIGN_OR_RETURN(InodeRef x, table_.Get(ino));
   {
     std::lock_guard<std::mutex> l(x->mu);
@@ -68,11 +68,11 @@ Result<Attr> FileSystem::Impl::Link(uint64_t ino, uint64_t new_parent,
   }
   KVFS_ASSIGN_OR_RETURN(InodeRef np, table_.Get(new_parent));
   if (!np->is_dir()) return Status::Error(ENOTDIR, "link into a non-directory");
-  auto existing = ResolveEntry(new_parent, new_name);
+  auto existing = ns_.Resolve(new_parent, new_name);
   if (existing.ok()) return Status::Error(EEXIST, "link: name exists");
   if (existing.status().code() != ENOENT) return existing.status();
   {
-    // Stays so: rmdir takes ns_mu_, held here.
+    // Stays so: rmdir takes ns_.mu(), held here.
     std::lock_guard<std::mutex> l(np->mu);
     if (np->deleted) return Status::Error(ENOENT, "link into a removed directory");
   }

@@ -93,7 +93,7 @@ Result<InodeRef> FileSystem::Impl::CheckReplace(const InodeRef& p, std::string_v
     dir_mode = p->rec.mode;
     dir_uid = p->rec.uid;
   }
-  auto e = ResolveEntry(p->ino, leaf);
+  auto e = ns_.Resolve(p->ino, leaf);
   if (!e.ok()) {
     if (e.status().code() == ENOENT) return InodeRef();
     return e.status();
@@ -182,7 +182,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
   ws->size = data.size();
   ws->done = std::move(done);
   {
-    std::shared_lock<NamespaceLock> ns(ns_mu_);  // checks only; FinishWriteFile checks again
+    NamespaceReadLock ns(ns_.mu());  // checks only; FinishWriteFile checks again
     std::string_view name;
     Result<InodePin> p = WalkPath(dir, path, caller, true, &name);
     if (!p.ok()) return ws->done(p.status());
@@ -250,7 +250,7 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
     ws->plan[sp.ci].crcs[sp.ext] = Crc32cExtend(sp.head_crc, sp.tail, sp.tail_len);
   }
   if (st.ok()) {
-    std::lock_guard<NamespaceLock> ns(ns_mu_);
+    NamespaceWriteLock ns(ns_.mu());
     // Checked again: the namespace may have changed while data was written.
     const InodeRef& p = ws->parent.ref();
     Result<InodeRef> y = CheckReplace(p, ws->leaf, ws->caller);

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import FUSERMOUNT, KVFS_BIN, MKFS_BIN, MiB, mounted_fstype, run_kvfs
+from conftest import KVFS_BIN, MKFS_BIN, MiB, mounted_fstype, run_kvfs, unmount
 
 
 def one_line(stderr):
@@ -168,7 +168,8 @@ def test_background_mode_returns_once_mounted(make_volume):
 
 def unmount_and_wait(mnt):
     """Unmounts `mnt` and waits for its daemon to exit."""
-    subprocess.run([FUSERMOUNT, "-u", mnt], check=True)
+    r = unmount(mnt)
+    assert r.returncode == 0, r.stderr
     deadline = time.monotonic() + 60
     while daemon_pids(mnt):
         assert time.monotonic() < deadline, "daemon still running 60 s after unmount"
