@@ -1,15 +1,11 @@
 // Eviction: capacity watermarks. When the data space used reaches the high
-// watermark, a background pass unlinks the least recently used files
-// (fs/recency.h) until it is down to the low one; a writer that finds the
-// volume full while something is evictable waits for the pass (bounded),
-// then gets ENOSPC.
+// watermark, a background pass unlinks files in the victim order
+// (fs/victim_order.h: least recently used first) until it is down to the
+// low one; a writer that finds the volume full while something is
+// evictable waits for the pass (bounded), then gets ENOSPC.
 //
-// What is never evicted (checked by FileSystem::Impl::EvictBatch, under the
-// namespace lock and the file's mutex): a directory, a control file, a file
-// open by anyone (an unlinked open file has no name to evict), a file with
-// staged, in-flight or uncommitted data, a file with more than one link, a
-// file used within min_age, and with scope=xattr a file with no ancestor
-// directory marked user.kvfs.evict=lru. An eviction is an unlink through the
+// What is never evicted (open files, uncommitted data, recent uses, out of
+// scope) is fs/eviction_rules.h's. An eviction is an unlink through the
 // ordered commit: crash-safe as unlink(2) is, its space free once committed.
 //
 // The Evictor here is the policy: when a pass runs, how far, in batches of

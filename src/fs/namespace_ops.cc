@@ -214,7 +214,7 @@ Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view na
     p->rec.mtime_ns = p->rec.ctime_ns = now;
   }
   table_.Insert(child, /*lookups=*/1, /*opens=*/is_dir ? 0 : 1);  // create(2) returns it open
-  if (!is_dir && recency_) recency_->Insert(rec.ino, parent, name, now);
+  if (!is_dir) name_observer().Named(rec.ino, parent, name, now);
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), rec.ino});
   c->inodes = {child, p};
@@ -293,7 +293,7 @@ Status FileSystem::Impl::UnlinkLocked(uint64_t parent, std::string_view name) {
   auto c = NewChange();
   c->entry_ops.push_back({parent, std::string(name), 0});
   DropLink(*v, v, *c, table_, now);
-  if (recency_) recency_->Remove(ino);
+  name_observer().Unnamed(ino);
   {
     std::lock_guard<std::mutex> l(p->mu);
     p->rec.size--;
@@ -356,10 +356,8 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   c->entry_ops.push_back({parent, std::string(name), 0});
   c->entry_ops.push_back({new_parent, std::string(new_name), src});
   if (y) DropLink(*y, y, *c, table_, now);
-  if (recency_) {
-    if (y) recency_->Remove(y->ino);
-    if (x->is_reg()) recency_->Rename(src, new_parent, new_name);
-  }
+  if (y) name_observer().Unnamed(y->ino);
+  if (x->is_reg()) name_observer().Renamed(src, new_parent, new_name);
   {
     std::lock_guard<std::mutex> l(x->mu);
     x->rec.ctime_ns = now;

@@ -111,7 +111,7 @@ Result<Attr> FileSystem::Impl::Link(uint64_t ino, uint64_t new_parent,
     np->rec.size++;
     np->rec.mtime_ns = np->rec.ctime_ns = now;
   }
-  if (recency_) recency_->Insert(ino, new_parent, new_name, now);
+  name_observer().Named(ino, new_parent, new_name, now);
   c->entry_ops.push_back({new_parent, std::string(new_name), ino});
   c->inodes = {x, np};
   c->deltas.push_back({np, +1, 0});

@@ -192,6 +192,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
     if (!st.ok()) return ws->done(st);
   }
   Status st = WithSpace(
+      AlignUp(ws->size, kBlockSize),
       [&] {
         // The inode does not exist yet: its name spreads it over the devices.
         const uint64_t seed =
@@ -273,10 +274,8 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
       c->inodes = {file, p};
       const InodeRef& old = *y;
       if (old) DropLink(*old, old, *c, table_, now);  // its readers keep it (rename-over)
-      if (recency_) {
-        if (old) recency_->Remove(old->ino);
-        recency_->Insert(rec.ino, p->ino, ws->leaf, now);
-      }
+      if (old) name_observer().Unnamed(old->ino);
+      name_observer().Named(rec.ino, p->ino, ws->leaf, now);
       {
         std::lock_guard<std::mutex> l(p->mu);
         if (!old) p->rec.size++;
