@@ -47,8 +47,16 @@
  * Entries of one batch run concurrently: two entries naming the same file
  * have no defined order between them.
  *
+ * Features. KVFS_IOC_FEATURES on any open file or directory of the mount
+ * answers which ABI version the daemon speaks and which enum kvfs_op values
+ * its KVFS_IOC_BATCH runs (KVFS_OP_BIT(op) set in `ops`). A daemon that
+ * predates the call fails it with ENOTTY (or EINVAL): it runs exactly
+ * KVFS_OPS_BASE. An entry whose op the daemon does not run fails alone
+ * with EINVAL, so a client asks once per mount and picks its ops, rather
+ * than guessing from per-entry errors.
+ *
  * Errors of the call (ioctl returns -1, errno):
- *   EPROTO   version is not KVFS_ABI_VERSION
+ *   EPROTO   version is not KVFS_ABI_VERSION (FEATURES takes any)
  *   EINVAL   reserved fields or flags not zero; count 0; table_off not
  *            8-aligned
  *   E2BIG    count > KVFS_BATCH_MAX_ENTRIES
@@ -60,6 +68,7 @@
  *   (the file is another user's), EINVAL (length 0, not a multiple of 4096
  *   or of the hugetlbfs page, above KVFS_REGISTER_MAX_BYTES or the file's
  *   size; not a regular tmpfs/hugetlbfs file). UNREGISTER: EBADF.
+ *   FEATURES: EINVAL (reserved or flags not 0).
  * Errors of one entry (kvfs_batch_entry.status, a positive errno):
  *   ENOENT, EACCES, EPERM, EISDIR, ENOTDIR, ENAMETOOLONG, EXDEV, EINVAL
  *   (unknown op, flags not zero, READ of length 0, empty name), EBADF (bad
@@ -112,6 +121,15 @@ enum kvfs_op {
   KVFS_OP_EXISTS = 6,
 };
 
+/* A bit per op, as in kvfs_features_args.ops. */
+#define KVFS_OP_BIT(op) (1ull << (op))
+/* The ops of every daemon of ABI version 1, also one without
+ * KVFS_IOC_FEATURES: what a client assumes when that call fails. */
+#define KVFS_OPS_BASE                                                     \
+  (KVFS_OP_BIT(KVFS_OP_READ) | KVFS_OP_BIT(KVFS_OP_WRITE) |               \
+   KVFS_OP_BIT(KVFS_OP_STAT) | KVFS_OP_BIT(KVFS_OP_PREFETCH) |            \
+   KVFS_OP_BIT(KVFS_OP_DELETE))
+
 /* One entry of a batch, 64 bytes, 8-byte aligned in its region. */
 struct kvfs_batch_entry {
   uint32_t op;        /* in: enum kvfs_op */
@@ -151,18 +169,31 @@ struct kvfs_batch_args {
   uint64_t bytes;     /* out: data bytes moved (READ + WRITE) */
 };
 
+/* What the daemon runs (KVFS_IOC_FEATURES). Later answers go into
+ * `spare`, which a daemon of this version leaves 0. */
+struct kvfs_features_args {
+  uint32_t version;   /* in: the caller's KVFS_ABI_VERSION (any); out: the daemon's */
+  uint32_t reserved;  /* in: 0 */
+  uint64_t flags;     /* in: 0 */
+  uint64_t ops;       /* out: KVFS_OP_BIT(op) of each op KVFS_IOC_BATCH runs */
+  uint64_t spare[5];  /* out: 0 */
+};
+
 #ifdef __cplusplus
 static_assert(sizeof(struct kvfs_batch_entry) == 64, "ABI: entry is 64 bytes");
 static_assert(sizeof(struct kvfs_batch_args) == 48, "ABI: batch args are 48 bytes");
+static_assert(sizeof(struct kvfs_features_args) == 64, "ABI: features args are 64 bytes");
 #else
 _Static_assert(sizeof(struct kvfs_batch_entry) == 64, "ABI: entry is 64 bytes");
 _Static_assert(sizeof(struct kvfs_batch_args) == 48, "ABI: batch args are 48 bytes");
+_Static_assert(sizeof(struct kvfs_features_args) == 64, "ABI: features args are 64 bytes");
 #endif
 
 #define KVFS_IOC_MAGIC 0xB7
 #define KVFS_IOC_REGISTER _IOWR(KVFS_IOC_MAGIC, 1, struct kvfs_register_args)
 #define KVFS_IOC_UNREGISTER _IOW(KVFS_IOC_MAGIC, 2, struct kvfs_unregister_args)
 #define KVFS_IOC_BATCH _IOWR(KVFS_IOC_MAGIC, 3, struct kvfs_batch_args)
+#define KVFS_IOC_FEATURES _IOWR(KVFS_IOC_MAGIC, 4, struct kvfs_features_args)
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,7 +1,7 @@
 /* libkvfs: the C client of kvfs's batch ioctl (kvfs/ioctl.h, man 7 kvfs_ioctl).
  *
  * Many keys per call: register shared memory once, describe a batch of
- * READ/WRITE/STAT/PREFETCH/DELETE entries in a table, run it with one
+ * READ/WRITE/STAT/EXISTS/PREFETCH/DELETE entries in a table, run it with one
  * ioctl, read each entry's status. Example (errors unchecked for brevity):
  *
  *   int dir = open("/mnt/kv/layer0", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -85,6 +85,14 @@ KVFS_API int kvfs_unregister(int fd, uint64_t buf_id);
 KVFS_API int kvfs_batch_raw(int dirfd, uint64_t table_id, uint64_t table_off, uint32_t count,
                             struct kvfs_batch_args *args);
 
+/* KVFS_IOC_FEATURES through `fd` (any file or directory of the mount): the
+ * daemon's ABI version and the ops its batches run (KVFS_OP_BIT(op) in
+ * out->ops). Returns 0 when the daemon answered, 1 when it predates the
+ * call (ENOTTY or EINVAL: *out then holds version 1 and KVFS_OPS_BASE),
+ * or another -errno. A file that is not on kvfs also answers ENOTTY, so 1
+ * is returned for it too; its first batch call then fails with -ENOTTY. */
+KVFS_API int kvfs_features(int fd, struct kvfs_features_args *out);
+
 /* ---- Registered buffers. ---- */
 
 /* Shared memory: a memfd, mapped read-write in this process and registered
@@ -123,6 +131,10 @@ struct kvfs_table;
  * picks 256 per entry). Returns 0, or -EINVAL, -ENOMEM, ... */
 KVFS_API int kvfs_table_create(int fd, uint32_t max_entries, size_t name_bytes,
                                struct kvfs_table **out);
+/* 1 when the daemon `t` was created through runs `op` in its batches, 0
+ * when not (an entry of it would fail with EINVAL); asked once, at
+ * kvfs_table_create (kvfs_features). */
+KVFS_API int kvfs_table_supports(const struct kvfs_table *t, uint32_t op);
 /* Unregisters and frees `t` (NULL: nothing). */
 KVFS_API void kvfs_table_destroy(struct kvfs_table *t);
 /* Empties `t` for the next batch (capacity and registration kept). */
@@ -200,7 +212,8 @@ KVFS_API int kvfs_write_batch(int dirfd, struct kvfs_table *scratch, size_t n,
                               uint64_t bytes_written[]);
 KVFS_API int kvfs_stat_batch(int dirfd, struct kvfs_table *scratch, size_t n,
                              const char *const names[], int statuses[], uint64_t sizes[]);
-/* statuses[i] = 0 when names[i] exists, -ENOENT (or another -errno) when not. */
+/* statuses[i] = 0 when names[i] exists, -ENOENT (or another -errno) when not.
+ * A daemon without KVFS_OP_EXISTS (kvfs_table_supports) is asked STAT. */
 KVFS_API int kvfs_exists_batch(int dirfd, struct kvfs_table *scratch, size_t n,
                                const char *const names[], int statuses[]);
 KVFS_API int kvfs_prefetch_batch(int dirfd, struct kvfs_table *scratch, size_t n,

@@ -28,6 +28,12 @@
 
 namespace kvfs::client {
 
+// kvfs_features: the daemon's ABI version and ops (`fd` on the mount).
+// 0 (answered), 1 (a daemon that predates the call: the base ops), or -errno.
+[[nodiscard]] inline int Features(int fd, kvfs_features_args* out) {
+  return kvfs_features(fd, out);
+}
+
 // Owns a registered kvfs_buffer; move-only. Destruction unregisters.
 class Buffer {
  public:
@@ -94,6 +100,8 @@ class Table {
   explicit operator bool() const { return t_ != nullptr; }
   kvfs_table* get() const { return t_; }
   void Clear() { kvfs_table_reset(t_); }
+  // Whether the daemon runs `op` (kvfs_table_supports).
+  bool Supports(uint32_t op) const { return kvfs_table_supports(t_, op) != 0; }
   uint32_t count() const { return kvfs_table_count(t_); }
   uint32_t capacity() const { return kvfs_table_capacity(t_); }
 

@@ -274,7 +274,7 @@ class Client:
         self.path = os.fspath(mount_dir)
         self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._local = threading.local()  # .table: this thread's table Buffer
-        self._exists_op = abi.OP_EXISTS  # OP_STAT with a daemon that predates it
+        self._features = None  # (version, ops): asked once, by features()
         self._tables_lock = threading.Lock()
         self._tables = []  # GUARDED_BY(_tables_lock): every table made, for close()
         # GUARDED_BY(_tables_lock): Buffers from register() not yet closed.
@@ -305,6 +305,33 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+    # ---- What the daemon runs.
+
+    def features(self):
+        """(abi_version, ops) of the daemon (KVFS_IOC_FEATURES), asked once
+        per Client: ops has abi.op_bit(op) set for each op its batches run.
+        A daemon that predates the call (ENOTTY, EINVAL) runs the base ops:
+        (1, abi.OPS_BASE). A directory that is not on kvfs answers the same;
+        its first batch call raises OSError(ENOTTY)."""
+        if self._features is None:
+            if self.fd < 0:
+                raise ValueError("kvfs.Client is closed")
+            try:
+                out = _ioctl(self.fd, abi.IOC_FEATURES,
+                             abi.FEATURES_ARGS.pack(abi.ABI_VERSION, 0, 0, 0))
+                version, _, _, ops = abi.FEATURES_ARGS.unpack(out)
+                self._features = (version, ops)
+            except OSError as e:
+                if e.errno not in (_errno.ENOTTY, _errno.EINVAL):
+                    raise
+                self._features = (1, abi.OPS_BASE)
+        return self._features
+
+    def supports(self, op):
+        """Whether the daemon runs `op` (an abi.OP_* value) in its batches;
+        an entry of an op it does not run fails with EINVAL."""
+        return bool(self.features()[1] & abi.op_bit(op))
 
     # ---- Memory.
 
@@ -413,16 +440,12 @@ class Client:
         name and for any other per-key error (use stat_batch to tell them
         apart)."""
         names = list(names)
+        # STAT answers the same question where the daemon has no EXISTS.
+        op = abi.OP_EXISTS if self.supports(abi.OP_EXISTS) else abi.OP_STAT
         out = []
         for start in range(0, len(names), abi.BATCH_MAX_ENTRIES):
             part = names[start:start + abi.BATCH_MAX_ENTRIES]
-            statuses = self._call_names(self._exists_op, part)
-            if self._exists_op == abi.OP_EXISTS and all(st == _errno.EINVAL for st in statuses):
-                # A daemon older than OP_EXISTS refuses every entry: STAT
-                # answers the same question.
-                self._exists_op = abi.OP_STAT
-                statuses = self._call_names(abi.OP_STAT, part)
-            out += [st == 0 for st in statuses]
+            out += [st == 0 for st in self._call_names(op, part)]
         return out
 
     def prefetch(self, names):

@@ -30,11 +30,11 @@ void Fail(int* statuses, uint64_t* results, size_t i, int err) {
   if (results != nullptr) results[i] = 0;
 }
 
-int Run(int dirfd, kvfs_table* scratch, size_t n, const char* const names[], const Ops& o,
+int Run(int dirfd, kvfs_table* scratch, size_t n, const char* const names[], const Ops& asked,
         int* statuses, uint64_t* results) {
   if (n == 0) return 0;
   if (names == nullptr || statuses == nullptr) return -EINVAL;
-  if (HasData(o.op) && (o.offs == nullptr || o.lens == nullptr)) return -EINVAL;
+  if (HasData(asked.op) && (asked.offs == nullptr || asked.lens == nullptr)) return -EINVAL;
   for (size_t i = 0; i < n; i++) {
     if (names[i] == nullptr) return -EINVAL;
   }
@@ -49,6 +49,10 @@ int Run(int dirfd, kvfs_table* scratch, size_t n, const char* const names[], con
       for (size_t i = 0; i < n; i++) Fail(statuses, results, i, rc);
       return rc;
     }
+  }
+  Ops o = asked;
+  if (o.op == KVFS_OP_EXISTS && !kvfs_table_supports(t, KVFS_OP_EXISTS)) {
+    o.op = KVFS_OP_STAT;  // the same answer from a daemon without EXISTS
   }
   // Input index of each table entry (entries whose add failed are skipped).
   auto* index = new (std::nothrow) size_t[kvfs_table_capacity(t)];

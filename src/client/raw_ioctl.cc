@@ -1,4 +1,4 @@
-// The three ioctls of kvfs/ioctl.h, one call each: 0 or -errno.
+// The ioctls of kvfs/ioctl.h, one call each: 0 or -errno.
 #include <errno.h>
 #include <sys/ioctl.h>
 
@@ -50,6 +50,24 @@ int kvfs_batch_raw(int dirfd, uint64_t table_id, uint64_t table_off, uint32_t co
   int rc = Ioctl(dirfd, KVFS_IOC_BATCH, &a);
   if (rc == 0 && args != nullptr) *args = a;
   return rc;
+}
+
+int kvfs_features(int fd, kvfs_features_args* out) {
+  if (out == nullptr) return -EINVAL;
+  kvfs_features_args a;
+  std::memset(&a, 0, sizeof a);
+  a.version = KVFS_ABI_VERSION;
+  int rc = Ioctl(fd, KVFS_IOC_FEATURES, &a);
+  if (rc == -ENOTTY || rc == -EINVAL) {
+    // A daemon from before the call: it runs the base ops.
+    std::memset(out, 0, sizeof *out);
+    out->version = 1;
+    out->ops = KVFS_OPS_BASE;
+    return 1;
+  }
+  if (rc != 0) return rc;
+  *out = a;
+  return 0;
 }
 
 }  // extern "C"

@@ -18,6 +18,7 @@ struct kvfs_table {
   size_t name_base = 0;  // offset of the first name byte
   size_t name_room = 0;  // bytes for names
   size_t name_used = 0;
+  uint64_t ops = KVFS_OPS_BASE;  // what the daemon runs (kvfs_features)
 };
 
 namespace {
@@ -46,6 +47,13 @@ int kvfs_table_create(int fd, uint32_t max_entries, size_t name_bytes, kvfs_tabl
     return rc;
   }
   t->name_room = kvfs_buffer_size(t->mem) - t->name_base;
+  kvfs_features_args f;
+  rc = kvfs_features(fd, &f);
+  if (rc < 0) {
+    kvfs_table_destroy(t);
+    return rc;
+  }
+  t->ops = f.ops;
   *out = t;
   return 0;
 }
@@ -61,6 +69,10 @@ void kvfs_table_destroy(kvfs_table* t) {
 void kvfs_table_reset(kvfs_table* t) {
   t->count = 0;
   t->name_used = 0;
+}
+
+int kvfs_table_supports(const kvfs_table* t, uint32_t op) {
+  return op < 64 && (t->ops & KVFS_OP_BIT(op)) != 0;
 }
 
 uint32_t kvfs_table_count(const kvfs_table* t) { return t->count; }

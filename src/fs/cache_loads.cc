@@ -216,8 +216,8 @@ void FileSystem::Impl::WhenMemoryLoaded(const std::shared_ptr<FileMemory>& m,
 
 // ------------------------------------------------------------ prefetch
 
-uint64_t FileSystem::Impl::Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch,
-                                    std::vector<std::shared_ptr<CachedChunk>>* entries) {
+uint64_t FileSystem::Impl::PrefetchLocked(const InodeRef& inode, std::vector<device::IoRequest>* batch,
+                                          std::vector<std::shared_ptr<CachedChunk>>* entries) {
   if (!inode->is_reg() || inode->deleted) return 0;
   if (inode->rec.size > options_.prefetch_file_max_bytes) return 0;
   if (MemoryEligible(inode)) {
@@ -298,13 +298,13 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
   std::vector<device::IoRequest> reqs;
   std::vector<std::shared_ptr<CachedChunk>> entries;
   for (const InodeRef& inode : looked_up) {
-    // Evicted since it was queued (the kernel forgot it): its cache
+    // Unloaded since it was queued (the kernel forgot it): its cache
     // entries would belong to nobody. Pinned while its reads are set up
     // (they pin it themselves until they end).
     InodePin pin = table_.PinIfCurrent(inode);
     if (!pin) continue;
     std::lock_guard<std::mutex> l(inode->mu);
-    Prefetch(inode, &reqs, &entries);
+    PrefetchLocked(inode, &reqs, &entries);
   }
   if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
   reqs.clear();
@@ -319,14 +319,14 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
       // Shared ns_mu_: no unlink can commit between this index read and
       // the table insert, which would leave a stale copy in the table.
       std::shared_lock<NamespaceLock> ns(ns_mu_);
-      return table_.GetPinned(ino);  // pinned: not evicted before it is retained
+      return table_.GetPinned(ino);  // pinned: not unloaded before it is retained
     }();
     if (!i.ok()) continue;
     const InodeRef& inode = i->ref();
     uint64_t started = 0;
     {
       std::lock_guard<std::mutex> l(inode->mu);
-      if (!inode->orphan) started = Prefetch(inode, &reqs, &entries);
+      if (!inode->orphan) started = PrefetchLocked(inode, &reqs, &entries);
     }
     if (started > 0) {
       RetainPrefetched(inode, &retained_readahead_, kRetainedReadahead);
@@ -334,7 +334,7 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
       reqs.clear();
       PromoteWaitedFor(&entries);
     }
-    // The pin goes here: evicts a guess loaded only for this and not retained.
+    // The pin goes here: unloads a guess loaded only for this and not retained.
   }
 }
 
@@ -357,7 +357,7 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   if (!i->is_dir()) {
     std::lock_guard<std::mutex> l(i->mu);
-    Prefetch(i);
+    PrefetchLocked(i);
     return Status::OK();
   }
   // A directory: each file in it, in name order, until the budget is used.
@@ -378,7 +378,7 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
     auto child = table_.Get(c);
     if (!child.ok()) continue;
     std::lock_guard<std::mutex> l((*child)->mu);
-    if ((*child)->is_reg()) Prefetch(*child);
+    if ((*child)->is_reg()) PrefetchLocked(*child);
   }
   return Status::OK();
 }

@@ -80,7 +80,7 @@ Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, KillPriv* kill
   }
   if ((flags & O_ACCMODE) != O_WRONLY) NoteUse(i, NowNs());
   if (!served && (flags & O_ACCMODE) != O_WRONLY && options_.prefetch != PrefetchMode::kOff) {
-    Prefetch(i);
+    PrefetchLocked(i);
   }
   table_.AddOpen(*i);  // under i->mu: see DropLink
   if (served && pending) {
@@ -276,7 +276,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
   }
   if (i->inflight_writes > 0 || i->data_change_queued) Enqueue(QueueDataChange(i, false));
   l.unlock();
-  table_.EvictIfUnused(i);
+  table_.UnloadIfUnused(i);
 }
 
 void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {

@@ -350,7 +350,7 @@ Result<Attr> FileSystem::PeekAttr(uint64_t ino) { return impl_->PeekAttr(ino); }
 Result<Attr> FileSystem::PeekEntry(uint64_t p, std::string_view n) {
   return impl_->PeekEntry(p, n);
 }
-Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t) {
+Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   return Run(Call::kSetAttr, [&] { return impl_->SetAttr(ino, req); });
 }
 Result<Attr> FileSystem::MkDir(uint64_t p, std::string_view n, uint32_t mode, const Caller& c) {

@@ -181,8 +181,7 @@ class FileSystem {
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
   void Forget(uint64_t ino, uint64_t nlookup);
   Result<Attr> GetAttr(uint64_t ino);
-  // `fh` is the handle the change came through, or 0.
-  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t fh);
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
   Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
   Status RmDir(uint64_t parent, std::string_view name);
   Status Unlink(uint64_t parent, std::string_view name);

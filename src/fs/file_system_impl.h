@@ -369,9 +369,12 @@ class FileSystem::Impl {
   // and the entries started to `entries`: a reader may find one and wait
   // before it is submitted, so the caller promotes those with waiters after
   // submitting (PromoteWaitedFor).
-  // REQUIRES: inode->mu held.
-  uint64_t Prefetch(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr,
-                    std::vector<std::shared_ptr<CachedChunk>>* entries = nullptr);
+  // REQUIRES: inode->mu held. The one Prefetch* that runs under a lock
+  // its caller holds; every other (PrefetchIno, PrefetchFile,
+  // PrefetchQueued, AttrAndPrefetch) takes what it needs and is called
+  // holding none.
+  uint64_t PrefetchLocked(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr,
+                          std::vector<std::shared_ptr<CachedChunk>>* entries = nullptr);
   // --- cache_loads.cc: file memory (fs/file_memory.h), when options_.file_memory.
   // The file version `i` holds now, or nullopt while any chunk is staged,
   // being written or failed (no version to hold). REQUIRES: i.mu held.

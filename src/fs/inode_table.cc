@@ -7,8 +7,8 @@
 
 namespace kvfs::fs {
 
-InodeTable::InodeTable(LoadFn load, EvictFn on_evict)
-    : load_(std::move(load)), on_evict_(std::move(on_evict)) {}
+InodeTable::InodeTable(LoadFn load, UnloadFn on_unload)
+    : load_(std::move(load)), on_unload_(std::move(on_unload)) {}
 
 InodeTable::~InodeTable() {
   std::lock_guard<std::mutex> l(mu_);
@@ -57,7 +57,7 @@ Result<InodePin> InodeTable::GetPinned(uint64_t ino) {
     KVFS_ASSIGN_OR_RETURN(InodeRef i, Get(ino));
     std::lock_guard<std::mutex> l(mu_);
     auto it = inodes_.find(ino);
-    if (it == inodes_.end() || it->second != i) continue;  // evicted meanwhile: reload
+    if (it == inodes_.end() || it->second != i) continue;  // unloaded meanwhile: reload
     i->pins++;
     return InodePin(this, std::move(i));
   }
@@ -91,7 +91,7 @@ InodePin InodeTable::PinIfCurrent(const InodeRef& inode) {
 void InodeTable::Unpin(const InodeRef& inode) {
   std::lock_guard<std::mutex> l(mu_);
   inode->pins--;
-  MaybeEvictLocked(inode);
+  MaybeUnloadLocked(inode);
 }
 
 void InodeTable::Forget(uint64_t ino, uint64_t n) {
@@ -101,7 +101,7 @@ void InodeTable::Forget(uint64_t ino, uint64_t n) {
   InodeRef i = it->second;
   i->lookups = n >= i->lookups ? 0 : i->lookups - n;
   if (ino == kRootIno) i->lookups = std::max<uint64_t>(i->lookups, 1);
-  MaybeEvictLocked(i);
+  MaybeUnloadLocked(i);
 }
 
 void InodeTable::AddOpen(InodeState& inode) {
@@ -126,19 +126,19 @@ void InodeTable::Insert(const InodeRef& inode, uint64_t lookups, int opens) {
   inodes_.emplace(inode->ino, inode);
 }
 
-void InodeTable::EvictIfUnused(const InodeRef& inode) {
+void InodeTable::UnloadIfUnused(const InodeRef& inode) {
   std::lock_guard<std::mutex> l(mu_);
-  MaybeEvictLocked(inode);
+  MaybeUnloadLocked(inode);
 }
 
-void InodeTable::MaybeEvictLocked(const InodeRef& inode) {
+void InodeTable::MaybeUnloadLocked(const InodeRef& inode) {
   if (inode->lookups != 0 || inode->opens != 0 || inode->pins != 0 || inode->ino == kRootIno) {
     return;
   }
   auto it = inodes_.find(inode->ino);
   if (it != inodes_.end() && it->second == inode) {
     inodes_.erase(it);
-    on_evict_(*inode);
+    on_unload_(*inode);
   }
 }
 

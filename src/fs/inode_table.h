@@ -6,7 +6,7 @@
 // pin is what every other holder takes: a queued change, a chunk write or
 // device read in flight, a batch path walk, a retained prefetch. When the
 // last of the three counts drops to zero the state leaves the table and
-// `on_evict` runs (the RAM cache drops the entries it owns); a later Get()
+// `on_unload` runs (the RAM cache drops the entries it owns); a later Get()
 // loads a fresh copy from the index.
 //
 // Pins are InodePin objects: move-only, released by their destructor, so a
@@ -16,7 +16,7 @@
 // Thread safety: every method may be called from any thread. Lock order:
 // an InodeState's `mu` may be held when calling into the table (Open counts
 // under it); the table's mutex is never held while calling out, except for
-// `on_evict`, which must not call back into the table.
+// `on_unload`, which must not call back into the table.
 #pragma once
 
 #include <atomic>
@@ -79,9 +79,9 @@ class InodeTable {
   // Loads an inode's committed record (Index::GetInode).
   using LoadFn = std::function<Result<index::Inode>(uint64_t ino)>;
   // Runs under the table's mutex when a state leaves the table.
-  using EvictFn = std::function<void(const InodeState&)>;
+  using UnloadFn = std::function<void(const InodeState&)>;
 
-  InodeTable(LoadFn load, EvictFn on_evict);
+  InodeTable(LoadFn load, UnloadFn on_unload);
   // Drops every state (returns their staging buffers). REQUIRES: no pins.
   ~InodeTable();
 
@@ -91,15 +91,15 @@ class InodeTable {
   // you hold keeps it, or take GetPinned().
   Result<InodeRef> Get(uint64_t ino);
   // Get() plus a pin taken on the state the table holds at that moment
-  // (reloaded if it was evicted in between), so a later Get() cannot load
+  // (reloaded if it was unloaded in between), so a later Get() cannot load
   // a stale copy while the caller works on this one.
   Result<InodePin> GetPinned(uint64_t ino);
   // A pin on `inode` as it is: the caller got it from the table and holds
   // a reference, and the table may have dropped it since (the pin then
-  // keeps only the reference; releasing it evicts nothing).
+  // keeps only the reference; releasing it unloads nothing).
   InodePin Pin(const InodeRef& inode);
   // A pin on `inode` only if it is still the table's state for its number;
-  // empty otherwise (evicted since the caller looked it up).
+  // empty otherwise (unloaded since the caller looked it up).
   InodePin PinIfCurrent(const InodeRef& inode);
 
   // --- The kernel's lookup count.
@@ -110,8 +110,8 @@ class InodeTable {
 
   // --- Open handles.
   void AddOpen(InodeState& inode);
-  // Returns true if that was the last handle. Does not evict: call
-  // EvictIfUnused() once the last close's work is queued.
+  // Returns true if that was the last handle. Does not unload: call
+  // UnloadIfUnused() once the last close's work is queued.
   bool DropOpen(InodeState& inode);
   int opens(const InodeState& inode) const;
 
@@ -122,8 +122,8 @@ class InodeTable {
   // Puts a new inode in the table with `lookups` kernel lookups and `opens`
   // handles (create(2) returns it open).
   void Insert(const InodeRef& inode, uint64_t lookups, int opens);
-  // Evicts `inode` if nothing counts it any more.
-  void EvictIfUnused(const InodeRef& inode);
+  // Unloads `inode` (drops it from memory) if nothing counts it any more.
+  void UnloadIfUnused(const InodeRef& inode);
 
   // Every state in the table now.
   std::vector<InodeRef> All() const;
@@ -132,11 +132,11 @@ class InodeTable {
  private:
   friend class InodePin;
   void Unpin(const InodeRef& inode);
-  void MaybeEvictLocked(const InodeRef& inode);  // REQUIRES: mu_ held
+  void MaybeUnloadLocked(const InodeRef& inode);  // REQUIRES: mu_ held
   Result<InodeRef> Load(uint64_t ino);
 
   const LoadFn load_;
-  const EvictFn on_evict_;
+  const UnloadFn on_unload_;
   std::atomic<uint64_t> next_token_{1};
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, InodeRef> inodes_;  // GUARDED_BY(mu_)

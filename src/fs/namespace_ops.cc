@@ -62,7 +62,7 @@ Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
       KVFS_ASSIGN_OR_RETURN(ino, ResolveEntry(parent, name));
     }
     // The kernel's lookup count goes on the state the table holds (other
-    // walkers and the prefetch thread unpin and evict concurrently).
+    // walkers and the prefetch thread unpin and unload concurrently).
     KVFS_ASSIGN_OR_RETURN(child, table_.GetLookedUp(ino));
   }
   return AttrAndPrefetch(child, /*only_idle=*/false);

@@ -22,12 +22,9 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "common/histogram.h"
-#include "common/status.h"
 #include "fs/cache_stats.h"
 #include "fs/file_memory.h"
 
@@ -86,24 +83,6 @@ inline uint64_t ElapsedNs(std::chrono::steady_clock::time_point start) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now() - start)
                                    .count());
-}
-
-// Runs `call` (returning a Status or a Result) and records its latency
-// under `op`, and its errno unless it is `answer` (an expected outcome,
-// such as ENOENT for a lookup).
-template <typename Call>
-auto Measured(FsMetrics& metrics, Op op, Call&& call, int answer = 0) {
-  const auto start = std::chrono::steady_clock::now();
-  auto r = call();
-  metrics.Record(op, ElapsedNs(start), 0);
-  int code = 0;
-  if constexpr (std::is_same_v<decltype(r), Status>) {
-    code = r.code();
-  } else {
-    code = r.ok() ? 0 : r.status().code();
-  }
-  if (code != 0 && code != answer) metrics.Error(code);
-  return r;
 }
 
 struct LaneStats {

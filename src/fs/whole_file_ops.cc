@@ -146,7 +146,7 @@ Result<uint64_t> FileSystem::Impl::PrefetchFile(uint64_t dir, std::string_view p
     std::lock_guard<std::mutex> l(i->mu);
     if (i->is_dir()) return Status::Error(EISDIR, "prefetch of a directory");
     KVFS_RETURN_IF_ERROR(CheckAccess(i->rec.mode, i->rec.uid, i->rec.gid, caller, kMayRead));
-    started = Prefetch(i.ref());
+    started = PrefetchLocked(i.ref());
   }
   if (started > 0) RetainPrefetched(i.ref(), &retained_prefetches_, kRetainedPrefetches);
   return started;

@@ -1,9 +1,48 @@
 #include "fuse/batch_decode.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
 namespace kvfs::fuse {
+
+namespace {
+
+constexpr OpRule kOps[] = {
+    // abi               op                      data   file_off name
+    {KVFS_OP_READ,     fs::BatchOp::kRead,     true,  true,  false},
+    {KVFS_OP_WRITE,    fs::BatchOp::kWrite,    true,  false, true},
+    {KVFS_OP_STAT,     fs::BatchOp::kStat,     false, false, false},
+    {KVFS_OP_PREFETCH, fs::BatchOp::kPrefetch, false, false, false},
+    {KVFS_OP_DELETE,   fs::BatchOp::kDelete,   false, false, true},
+    {KVFS_OP_EXISTS,   fs::BatchOp::kExists,   false, false, false},
+};
+// KVFS_OP_BIT shifts a 64-bit word.
+static_assert(std::ranges::all_of(kOps, [](const OpRule& r) { return r.abi > 0 && r.abi < 64; }));
+
+}  // namespace
+
+const OpRule* FindOp(uint32_t abi) {
+  for (const OpRule& r : kOps) {
+    if (r.abi == abi) return &r;
+  }
+  return nullptr;
+}
+
+uint64_t SupportedOps() {
+  uint64_t bits = 0;
+  for (const OpRule& r : kOps) bits |= KVFS_OP_BIT(r.abi);
+  return bits;
+}
+
+Refusal AnswerFeatures(const kvfs_features_args& in, size_t out_bytes, kvfs_features_args* out) {
+  if (out_bytes < sizeof(in)) return {EINVAL, "no room for the reply"};
+  if (in.flags != 0 || in.reserved != 0) return {EINVAL, "flags and reserved must be 0"};
+  *out = kvfs_features_args{};
+  out->version = KVFS_ABI_VERSION;
+  out->ops = SupportedOps();
+  return {};
+}
 
 Refusal CheckBatchArgs(const kvfs_batch_args& args, size_t out_bytes, bool dir) {
   if (out_bytes < sizeof(args)) return {EINVAL, "no room for the reply"};
@@ -19,8 +58,8 @@ Refusal CheckBatchArgs(const kvfs_batch_args& args, size_t out_bytes, bool dir) 
 }
 
 int CheckEntryHeader(const kvfs_batch_entry& e) {
-  if (e.op < KVFS_OP_READ || e.op > KVFS_OP_EXISTS || e.flags != 0 ||
-      (e.op != KVFS_OP_READ && e.file_off != 0)) {
+  const OpRule* rule = FindOp(e.op);
+  if (rule == nullptr || e.flags != 0 || (!rule->takes_file_off && e.file_off != 0)) {
     return EINVAL;
   }
   if (e.name_len == 0) return EINVAL;
@@ -38,30 +77,26 @@ DecodedEntry DecodeEntry(const kvfs_batch_entry& e, std::string_view name) {
     d.error = EINVAL;
     return d;
   }
-  d.changes_name = e.op == KVFS_OP_WRITE || e.op == KVFS_OP_DELETE;
-  switch (e.op) {
-    case KVFS_OP_STAT: d.op = fs::BatchOp::kStat; return d;
-    case KVFS_OP_EXISTS: d.op = fs::BatchOp::kExists; return d;
-    case KVFS_OP_PREFETCH: d.op = fs::BatchOp::kPrefetch; return d;
-    case KVFS_OP_DELETE: d.op = fs::BatchOp::kDelete; return d;
-    default: break;
+  const OpRule* rule = FindOp(e.op);
+  if (rule == nullptr) {  // CheckEntryHeader refused it already
+    d.error = EINVAL;
+    return d;
   }
+  d.op = rule->op;
+  d.changes_name = rule->changes_name;
+  if (!rule->moves_data) return d;
   if (e.length > KVFS_ENTRY_MAX_BYTES) {
     d.error = EFBIG;
     return d;
   }
-  if (e.op == KVFS_OP_READ) {
-    d.op = fs::BatchOp::kRead;
+  if (rule->takes_file_off) {
     if (e.length == 0 || e.file_off > static_cast<uint64_t>(INT64_MAX) - e.length) {
-      d.error = EINVAL;
+      d.error = EINVAL;  // a read of nothing, or past the largest offset
       return d;
     }
     d.file_off = e.file_off;
-    d.needs_memory = true;
-    return d;
   }
-  d.op = fs::BatchOp::kWrite;
-  d.needs_memory = e.length > 0;  // an empty file: no memory
+  d.needs_memory = e.length > 0;  // WRITE of an empty file: no memory
   return d;
 }
 
@@ -74,8 +109,7 @@ int CheckCallerRange(const kvfs_batch_entry& e) {
 }
 
 bool MovesInPlace(const kvfs_batch_entry& e, const void* data, uint64_t page) {
-  return reinterpret_cast<uintptr_t>(data) % page == 0 &&
-         (e.op != KVFS_OP_READ || e.file_off % page == 0);
+  return reinterpret_cast<uintptr_t>(data) % page == 0 && e.file_off % page == 0;
 }
 
 }  // namespace kvfs::fuse

@@ -1,5 +1,6 @@
 // Decoding KVFS_IOC_BATCH (include/kvfs/ioctl.h): what the call's args and
-// each entry of its table ask for, checked against the ABI. Pure: no
+// each entry of its table ask for, checked against the ABI, and the answer
+// to KVFS_IOC_FEATURES, read from the same table of ops. Pure: no
 // memory of the caller is touched, no fs/ call is made; the ioctl front
 // (batch_ioctl.cc) reads the table and names, maps the memory and runs the
 // entries. Every check here answers with the errno kvfs_ioctl(7) lists.
@@ -22,6 +23,24 @@ constexpr bool Inside(uint64_t off, uint64_t len, uint64_t size) {
   return off <= size && len <= size - off;
 }
 
+// The batch ops this daemon runs, one row per enum kvfs_op: which ops are
+// known, what each decodes to and what its fields mean are read from here,
+// and so is the op set KVFS_IOC_FEATURES reports. A new op is a row here,
+// its fs::BatchOp, and its value in include/kvfs/ioctl.h.
+struct OpRule {
+  uint32_t abi;         // enum kvfs_op
+  fs::BatchOp op;
+  bool moves_data;      // buf_id/buf_off/length name memory (READ, WRITE)
+  bool takes_file_off;  // file_off may be non-zero (READ)
+  bool changes_name;    // the kernel's cached entry of the name must go
+};
+
+// The row of `abi`, or nullptr for an op this daemon does not run.
+const OpRule* FindOp(uint32_t abi);
+
+// KVFS_OP_BIT of every row.
+uint64_t SupportedOps();
+
 // A refusal of the whole call: 0, or the errno and why.
 struct Refusal {
   int error = 0;
@@ -33,6 +52,11 @@ struct Refusal {
 // not 8-byte aligned; E2BIG past KVFS_BATCH_MAX_ENTRIES; ENOTDIR when the
 // ioctl fd is not a directory (`dir`).
 Refusal CheckBatchArgs(const kvfs_batch_args& args, size_t out_bytes, bool dir);
+
+// The args of a FEATURES call: EINVAL for no room for the reply, flags
+// or reserved not 0. Any version is taken: the call is how a client
+// learns the daemon's. On success `*out` is the answer.
+Refusal AnswerFeatures(const kvfs_features_args& in, size_t out_bytes, kvfs_features_args* out);
 
 // The entry's header alone, before its name is read: EINVAL for an
 // unknown op, flags, a file_off on an op other than READ, an empty name;

@@ -1,5 +1,5 @@
 // The batch ioctl (include/kvfs/ioctl.h): KVFS_IOC_REGISTER,
-// KVFS_IOC_UNREGISTER, KVFS_IOC_BATCH.
+// KVFS_IOC_UNREGISTER, KVFS_IOC_BATCH, KVFS_IOC_FEATURES.
 //
 // libfuse gives a normal filesystem the "restricted" ioctl: the kernel copies
 // in and out exactly the struct the command's size encodes, so in_buf and
@@ -72,13 +72,21 @@ int RemoteCopy(pid_t pid, char* local, uint64_t remote, uint64_t len, bool to_ca
 // The caller's process: every registration is looked up by it.
 Result<pid_t> CallerTgid(fuse_req_t req) { return TgidOf(fuse_req_ctx(req)->pid); }
 
+// Copies the call's args; replies EINVAL when they are not an Args.
 template <typename Args>
-bool ArgsOk(fuse_req_t req, const void* in_buf, size_t in_bufsz, Args* args, const char* op) {
+bool CopyArgs(fuse_req_t req, const void* in_buf, size_t in_bufsz, Args* args, const char* op) {
   if (in_buf == nullptr || in_bufsz != sizeof(Args)) {
     ReplyStatus(req, Status::Error(EINVAL, "bad argument size"), op);
     return false;
   }
   std::memcpy(args, in_buf, sizeof(Args));
+  return true;
+}
+
+// CopyArgs, and EPROTO for a version other than this daemon's.
+template <typename Args>
+bool ArgsOk(fuse_req_t req, const void* in_buf, size_t in_bufsz, Args* args, const char* op) {
+  if (!CopyArgs(req, in_buf, in_bufsz, args, op)) return false;
   if (args->version != KVFS_ABI_VERSION) {
     ReplyStatus(req,
                 Status::Error(EPROTO, "ABI version " + std::to_string(args->version) +
@@ -137,6 +145,17 @@ void Unregister(fuse_req_t req, const void* in_buf, size_t in_bufsz) {
   fuse_reply_ioctl(req, 0, nullptr, 0);
 }
 
+void Features(fuse_req_t req, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
+  kvfs_features_args in;  // any version: this call is how a client learns ours
+  if (!CopyArgs(req, in_buf, in_bufsz, &in, "features")) return;
+  kvfs_features_args out;
+  if (Refusal r = AnswerFeatures(in, out_bufsz, &out); r.error != 0) {
+    ReplyStatus(req, Status::Error(r.error, "features: " + r.why), "features");
+    return;
+  }
+  fuse_reply_ioctl(req, 0, &out, sizeof(out));
+}
+
 // A bounce buffer for caller memory (buf_id 0), owned by the entry's hooks
 // and so freed when the entry finishes.
 struct Bounce {
@@ -154,9 +173,9 @@ struct BatchCall {
   // The registrations the entries use: mapped until the reply.
   std::map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
   // A call with READ entries reads until it replies: other callers' POSIX
-  // writes wait for it (io/read_priority.h). After `reply`, so that it
+  // writes wait for it (fuse/read_priority.h). After `reply`, so that it
   // ends first.
-  std::unique_ptr<io::ReadPriority::Reading> reading;
+  std::unique_ptr<ReadPriority::Reading> reading;
 };
 
 // Reads the entry table into call->entries. 0 or the call's errno.
@@ -290,7 +309,7 @@ void DecodeEntry(BatchCall* call, SessionState& s, const std::shared_ptr<const f
   uint64_t len = e.length;
   uint64_t addr = e.buf_off;
   pid_t tgid = call->tgid;
-  bool is_write = e.op == KVFS_OP_WRITE;
+  bool is_write = d.op == fs::BatchOp::kWrite;
   auto bounce = std::make_shared<Bounce>();
   it.budget_bytes = len;
   it.prepare = [bounce, len, addr, tgid, is_write](fs::BatchItem& item) -> Status {
@@ -359,7 +378,8 @@ void Finish(const std::shared_ptr<BatchCall>& call, std::vector<fs::BatchItem>& 
     e.result = items[i].error == 0 ? items[i].result : 0;
     if (e.status == 0) {
       ++out.completed;
-      if (e.op == KVFS_OP_READ || e.op == KVFS_OP_WRITE) out.bytes += e.result;
+      const OpRule* rule = FindOp(e.op);  // known: the entry ran
+      if (rule != nullptr && rule->moves_data) out.bytes += e.result;
     } else {
       ++out.failed;
     }
@@ -415,7 +435,7 @@ void Batch(fuse_req_t req, fuse_ino_t ino, bool dir, const void* in_buf, size_t 
     call->reply = AsyncReply::Start(req, "batch");
     for (const fs::BatchItem& it : items) {
       if (it.op == fs::BatchOp::kRead && it.error == 0) {
-        call->reading = std::make_unique<io::ReadPriority::Reading>(s.read_priority,
+        call->reading = std::make_unique<ReadPriority::Reading>(s.read_priority,
                                                                      fuse_req_ctx(req)->pid);
         break;
       }
@@ -451,6 +471,9 @@ void KvfsIoctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, fuse_file_info*
       return;
     case KVFS_IOC_BATCH:
       Batch(req, ino, dir, in_buf, in_bufsz, out_bufsz);
+      return;
+    case KVFS_IOC_FEATURES:
+      Features(req, in_buf, in_bufsz, out_bufsz);
       return;
     default:
       fuse_reply_err(req, ENOTTY);

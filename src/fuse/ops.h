@@ -57,8 +57,8 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);
 void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size);
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name);
 
-// batch_ioctl.cc: KVFS_IOC_REGISTER, KVFS_IOC_UNREGISTER and KVFS_IOC_BATCH
-// (include/kvfs/ioctl.h); Ioctl() routes every command of kvfs's ioctl
+// batch_ioctl.cc: KVFS_IOC_REGISTER, KVFS_IOC_UNREGISTER, KVFS_IOC_BATCH
+// and KVFS_IOC_FEATURES (include/kvfs/ioctl.h); Ioctl() routes every command of kvfs's ioctl
 // magic here. BATCH replies from the batch's completion, on a runner thread.
 void KvfsIoctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, fuse_file_info* fi,
                unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz);

@@ -164,11 +164,9 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   } else if (to_set & FUSE_SET_ATTR_MTIME) {
     q.mtime_ns = ToNs(attr->st_mtim);
   }
-  // The handle matters only for ftruncate (the file may have no name left).
-  // fchmod/futimens on a directory fd also arrive with `fi`, carrying a
-  // directory handle that must not be taken for a file handle.
-  uint64_t fh = (fi != nullptr && (to_set & FUSE_SET_ATTR_SIZE)) ? fi->fh : 0;
-  Result<fs::Attr> r = NoThrow([&] { return s.fs->SetAttr(ino, q, fh); });
+  // By inode: an ftruncate of a file with no name left finds it all the
+  // same (its open handle keeps it in the table).
+  Result<fs::Attr> r = NoThrow([&] { return s.fs->SetAttr(ino, q); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "setattr");
     return;

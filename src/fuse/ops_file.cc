@@ -185,10 +185,10 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
     // the callback were dropped unanswered: the reply's end may end the
     // session that holds read_priority.
     struct Call {
-      Call(std::shared_ptr<AsyncReply> r, io::ReadPriority& p, pid_t pid)
+      Call(std::shared_ptr<AsyncReply> r, ReadPriority& p, pid_t pid)
           : reply(std::move(r)), reading(p, pid) {}
       std::shared_ptr<AsyncReply> reply;
-      io::ReadPriority::Reading reading;
+      ReadPriority::Reading reading;
     };
     auto call = std::make_shared<Call>(reply, s.read_priority, fuse_req_ctx(req)->pid);
     s.fs->Read(
@@ -220,7 +220,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
     return;
   }
   SessionState& s = StateOf(req);
-  // Another caller's reads go first (io/read_priority.h). The request loop
+  // Another caller's reads go first (fuse/read_priority.h). The request loop
   // runs a write that would wait on a worker (daemon.cc); one that started
   // to wait only after it was handed to the receiver goes ahead.
   if (!RequestLoop::OnReceiver()) s.read_priority.BeforeWrite(fuse_req_ctx(req)->pid);

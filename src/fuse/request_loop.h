@@ -44,7 +44,7 @@ class RequestLoop {
  public:
   // True if a WRITE by caller `pid` of `size` bytes at `off` through handle
   // `fh` of inode `nodeid` may wait (fs::FileSystem::WriteMayWait, control
-  // files, io::ReadPriority). Asked with size 0 for a FLUSH, FSYNC or
+  // files, ReadPriority). Asked with size 0 for a FLUSH, FSYNC or
   // RELEASE of `fh`, which waits only when it writes a file out.
   using WriteMayWait =
       std::function<bool(uint32_t pid, uint64_t nodeid, uint64_t fh, uint64_t off, uint32_t size)>;

@@ -18,7 +18,7 @@
 #include "fs/batch.h"
 #include "fs/file_system.h"
 #include "fuse/buffer_registry.h"
-#include "io/read_priority.h"
+#include "fuse/read_priority.h"
 
 namespace kvfs::fuse {
 
@@ -73,7 +73,7 @@ struct SessionState {
   // waits for reads; the rest stay free for the reads.
   SessionState(const CacheTimeouts& t, unsigned max_threads)
       : timeouts(t), read_priority([max_threads] {
-          io::ReadPriority::Options o;
+          ReadPriority::Options o;
           o.max_waiting = max_threads / 4;
           return o;
         }()) {}
@@ -83,8 +83,8 @@ struct SessionState {
   const CacheTimeouts timeouts;
   PendingReplies pending;
   Interrupts interrupts;
-  // Writes wait while another caller reads (io/read_priority.h).
-  io::ReadPriority read_priority;
+  // Writes wait while another caller reads (fuse/read_priority.h).
+  ReadPriority read_priority;
   // kvfs checks permissions itself (fuse/permissions.h): the mount has no
   // default_permissions. Set before the mount.
   bool kvfs_permissions = false;

@@ -38,7 +38,7 @@ struct FrontEndStats {
   // Live batch-ioctl buffer registrations (fuse/buffer_registry.h).
   uint64_t registrations = 0;
   // Writes that waited for another caller's reads, and how long in all
-  // (io::ReadPriority).
+  // (ReadPriority).
   uint64_t write_yields = 0;
   uint64_t write_yield_ns = 0;
   // FUSE requests received, by opcode name, counted once each

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstring>
 
 #include <gtest/gtest.h>
 
@@ -54,6 +55,11 @@ TEST(AbiLayout, ArgumentStructsHaveNoHiddenPadding) {
   EXPECT_EQ(offsetof(kvfs_batch_args, completed), 32u);
   EXPECT_EQ(offsetof(kvfs_batch_args, failed), 36u);
   EXPECT_EQ(offsetof(kvfs_batch_args, bytes), 40u);
+  EXPECT_EQ(sizeof(kvfs_features_args), 64u);
+  EXPECT_EQ(offsetof(kvfs_features_args, reserved), 4u);
+  EXPECT_EQ(offsetof(kvfs_features_args, flags), 8u);
+  EXPECT_EQ(offsetof(kvfs_features_args, ops), 16u);
+  EXPECT_EQ(offsetof(kvfs_features_args, spare), 24u);
 }
 
 TEST(AbiLayout, IoctlNumbersEncodeDirectionMagicAndSize) {
@@ -67,10 +73,15 @@ TEST(AbiLayout, IoctlNumbersEncodeDirectionMagicAndSize) {
   EXPECT_EQ(_IOC_NR(KVFS_IOC_BATCH), 3u);
   EXPECT_EQ(_IOC_DIR(KVFS_IOC_BATCH), unsigned{_IOC_READ | _IOC_WRITE});
   EXPECT_EQ(_IOC_SIZE(KVFS_IOC_BATCH), sizeof(kvfs_batch_args));
+  EXPECT_EQ(_IOC_NR(KVFS_IOC_FEATURES), 4u);
+  EXPECT_EQ(_IOC_DIR(KVFS_IOC_FEATURES), unsigned{_IOC_READ | _IOC_WRITE});
+  EXPECT_EQ(_IOC_SIZE(KVFS_IOC_FEATURES), sizeof(kvfs_features_args));
   // The values the Python module (python/kvfs/abi.py) hard-codes.
   EXPECT_EQ(KVFS_IOC_REGISTER, 0xC020B701u);
   EXPECT_EQ(KVFS_IOC_UNREGISTER, 0x4010B702u);
   EXPECT_EQ(KVFS_IOC_BATCH, 0xC030B703u);
+  EXPECT_EQ(KVFS_IOC_FEATURES, 0xC040B704u);
+  EXPECT_EQ(KVFS_OPS_BASE, 0x3Eu);  // READ..DELETE, bits 1-5
 }
 
 TEST(BufferCreate, RejectsZeroAndOversizedSizesBeforeAnyCall) {
@@ -112,6 +123,22 @@ TEST(RawCalls, OutsideKvfsReturnNegativeErrno) {
   EXPECT_EQ(kvfs_batch_raw(dir, 1, 0, 1, &a), -ENOTTY);
   EXPECT_EQ(kvfs_batch_raw(-1, 1, 0, 1, &a), -EBADF);
   EXPECT_EQ(kvfs_register(dir, dir, 4096, nullptr), -EINVAL);
+  close(dir);
+}
+
+TEST(Features, WhereTheCallIsUnknownTheBaseOpsAreAssumed) {
+  // /tmp answers ENOTTY as a daemon from before KVFS_IOC_FEATURES does.
+  int dir = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir, 0);
+  kvfs_features_args f;
+  std::memset(&f, 0xff, sizeof f);
+  EXPECT_EQ(kvfs_features(dir, &f), 1);
+  EXPECT_EQ(f.version, 1u);
+  EXPECT_EQ(f.ops, uint64_t{KVFS_OPS_BASE});
+  EXPECT_EQ(f.spare[4], 0u);
+  EXPECT_EQ(kvfs::client::Features(dir, &f), 1);
+  EXPECT_EQ(kvfs_features(dir, nullptr), -EINVAL);
+  EXPECT_EQ(kvfs_features(-1, &f), -EBADF);
   close(dir);
 }
 

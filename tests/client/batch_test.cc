@@ -5,6 +5,7 @@
 // each test works in a directory of its own under it.
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -207,6 +208,38 @@ TEST_F(Mounted, ReadsARangeAndStopsAtEndOfFile) {
   EXPECT_EQ(t.result(2), 1u << 20);
   EXPECT_EQ(std::string(b + (2 << 20), 1 << 20), data.substr(2 << 20));
   EXPECT_EQ(t.result(3), 0u);
+}
+
+TEST_F(Mounted, FeaturesNameTheAbiVersionAndEveryOpTheDaemonRuns) {
+  kvfs_features_args f;
+  ASSERT_EQ(kvfs_features(dir_, &f), 0);
+  EXPECT_EQ(f.version, KVFS_ABI_VERSION);
+  const uint64_t all = KVFS_OPS_BASE | KVFS_OP_BIT(KVFS_OP_EXISTS);
+  EXPECT_EQ(f.ops, all);
+  // A regular file of the mount answers too.
+  PosixWrite("f", "x");
+  int fd = open(P("f").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  kvfs_features_args g;
+  EXPECT_EQ(kvfs::client::Features(fd, &g), 0);
+  EXPECT_EQ(g.ops, f.ops);
+  close(fd);
+  // Reserved fields are refused, as in every call of the ABI.
+  kvfs_features_args bad{};
+  bad.flags = 1;
+  EXPECT_EQ(ioctl(dir_, KVFS_IOC_FEATURES, &bad), -1);
+  EXPECT_EQ(errno, EINVAL);
+  // A table knows the same set; an op outside it fails its entry alone.
+  kvfs::client::Table t;
+  ASSERT_EQ(kvfs::client::Table::Create(dir_, 2, 0, &t), 0);
+  for (uint32_t op = 0; op < 64; op++) {
+    EXPECT_EQ(t.Supports(op), (all & KVFS_OP_BIT(op)) != 0) << op;
+  }
+  ASSERT_EQ(t.Add(KVFS_OP_EXISTS + 1, "f", 0, 0, 0, 0), 0);
+  ASSERT_EQ(t.AddExists("f"), 1);
+  EXPECT_EQ(t.Run(dir_), 1);
+  EXPECT_EQ(t.status(0), -EINVAL);
+  EXPECT_EQ(t.status(1), 0);
 }
 
 TEST_F(Mounted, StatPrefetchAndDeleteReportEachEntryInInputOrder) {

@@ -115,7 +115,7 @@ TEST_F(AtimeFsTest, MovedAtimeRidesTheNextCommitOfTheInode) {
   const int64_t moved = ReadOnce(ino);
   SetAttrRequest chmod;
   chmod.mode = 0600;
-  ASSERT_TRUE(fs_->SetAttr(ino, chmod, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, chmod).ok());
   ASSERT_TRUE(fs_->Sync().ok());
   EXPECT_EQ(vol_->index().GetInode(ino)->atime_ns, moved);
 }

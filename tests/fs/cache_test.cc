@@ -121,7 +121,7 @@ TEST_F(CacheTest, OverwriteInPlaceIsNeverServedStale) {
   ASSERT_TRUE(fs_->Prefetch(ino).ok());
   SetAttrRequest shrink;
   shrink.size = 100000;
-  ASSERT_TRUE(fs_->SetAttr(ino, shrink, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, shrink).ok());
   EXPECT_EQ(*Load(kRootIno, "k"), mixed.substr(0, 100000));
 }
 

@@ -110,7 +110,7 @@ TEST_F(FileMemoryTest, WhileOneOpenIsServedEveryOpenIsAndWritesReachTheFile) {
   // A truncate resizes what the reader sees.
   SetAttrRequest t;
   t.size = 4096;
-  ASSERT_TRUE(fs_->SetAttr(ino, t, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, t).ok());
   EXPECT_EQ(KernelRead(*reader.memory), want.substr(0, 4096));
   fs_->Release(reader.fh);
   ASSERT_TRUE(fs_->Sync().ok());

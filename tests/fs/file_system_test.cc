@@ -37,7 +37,7 @@ TEST_F(FsTest, EverythingSurvivesRemount) {
   SetAttrRequest req;
   req.mode = 0600;
   req.mtime_ns = 1234567890123;
-  ASSERT_TRUE(fs_->SetAttr(bino, req, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(bino, req).ok());
   Attr before = *fs_->GetAttr(bino);
   Remount();
   auto dir = fs_->Lookup(kRootIno, "ab");
@@ -120,10 +120,10 @@ TEST_F(FsTest, TruncateShrinkThenGrowReadsZeros) {
   uint64_t ino = Store(kRootIno, "t", data);
   SetAttrRequest shrink;
   shrink.size = 1500000;
-  ASSERT_TRUE(fs_->SetAttr(ino, shrink, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, shrink).ok());
   SetAttrRequest grow;
   grow.size = 3 << 20;
-  ASSERT_TRUE(fs_->SetAttr(ino, grow, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, grow).ok());
   std::string expect = data.substr(0, 1500000) + std::string((3 << 20) - 1500000, '\0');
   EXPECT_EQ(*Load(kRootIno, "t"), expect);
   Remount();
@@ -153,15 +153,15 @@ TEST_F(SmallPoolTest, GapsAndGrownTailsOfReusedStagingBuffersReadAsZeros) {
   model.replace(524288, b.size(), b);
   SetAttrRequest grow;
   grow.size = model.size();  // a tail past the written bytes
-  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, grow, c->fh).ok());
+  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, grow).ok());
   EXPECT_EQ(*ReadFh(c->fh, 0, model.size()), model);  // from staging
   ASSERT_TRUE(FsyncFh(c->fh).ok());
   EXPECT_EQ(*ReadFh(c->fh, 0, model.size()), model);  // written out
   SetAttrRequest shrink;
   shrink.size = 4000;  // the rest of the staged chunk is garbage again
-  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, shrink, c->fh).ok());
+  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, shrink).ok());
   grow.size = 700000;
-  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, grow, c->fh).ok());
+  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, grow).ok());
   model = model.substr(0, 4000) + std::string(700000 - 4000, '\0');
   EXPECT_EQ(*ReadFh(c->fh, 0, model.size()), model);
   fs_->Release(c->fh);
@@ -233,7 +233,7 @@ TEST_F(FsTest, TruncateThatCannotRestageItsLastChunkFailsAndChangesNothing) {
   fs_->Release(c->fh);
   SetAttrRequest cut;
   cut.size = (3 << 20) / 2;  // 1.5 MiB: inside the second chunk
-  auto r = fs_->SetAttr(ino, cut, 0);
+  auto r = fs_->SetAttr(ino, cut);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ENOSPC);
   EXPECT_EQ(*Load(kRootIno, "a"), a);
@@ -242,7 +242,7 @@ TEST_F(FsTest, TruncateThatCannotRestageItsLastChunkFailsAndChangesNothing) {
   // With room again it works and keeps exactly the head.
   ASSERT_TRUE(fs_->Unlink(kRootIno, "fill").ok());
   ASSERT_TRUE(fs_->FlushAll().ok());
-  ASSERT_TRUE(fs_->SetAttr(ino, cut, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, cut).ok());
   EXPECT_EQ(*Load(kRootIno, "a"), a.substr(0, *cut.size));
   Remount();
   EXPECT_EQ(*Load(kRootIno, "a"), a.substr(0, *cut.size));
@@ -259,7 +259,7 @@ TEST_F(FsTest, TruncateByPathThenUnlinkFreesTheRestagedChunksSpace) {
   ASSERT_TRUE(fs_->FlushAll().ok());
   SetAttrRequest cut;
   cut.size = (3 << 20) / 2;
-  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, cut, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, cut).ok());
   EXPECT_EQ(*Load(kRootIno, "a"), Pattern(3 << 20, 4).substr(0, *cut.size));
   ASSERT_TRUE(fs_->Unlink(kRootIno, "a").ok());
   fs_->Forget(c->attr.ino, 1);  // the kernel's reference from the create
@@ -334,7 +334,7 @@ TEST_F(FsTest, OpenTruncOverStaleLongerFile) {
   ASSERT_TRUE(fs_->Write(*fh, 0, fresh).ok());
   SetAttrRequest t;
   t.size = fresh.size();
-  ASSERT_TRUE(fs_->SetAttr(a->ino, t, *fh).ok());
+  ASSERT_TRUE(fs_->SetAttr(a->ino, t).ok());
   fs_->Release(*fh);
   EXPECT_EQ(*Load(kRootIno, "tmp"), fresh);
   auto fh2 = fs_->Open(a->ino, O_WRONLY | O_TRUNC);

@@ -11,10 +11,10 @@
 namespace kvfs::fs {
 namespace {
 
-// A table over a fake index that counts loads and evictions.
+// A table over a fake index that counts loads and unloads.
 struct TableFixture {
   int loads = 0;
-  std::vector<uint64_t> evicted;
+  std::vector<uint64_t> unloaded;
   InodeTable table{[this](uint64_t ino) -> Result<index::Inode> {
                      ++loads;
                      if (ino == 404) return Status::Error(ENOENT, "no such inode");
@@ -31,7 +31,7 @@ struct TableFixture {
                      }
                      return r;
                    },
-                   [this](const InodeState& s) { evicted.push_back(s.ino); }};
+                   [this](const InodeState& s) { unloaded.push_back(s.ino); }};
 };
 
 TEST(InodeTableTest, LoadsOnceAndSplitsExtentsIntoChunks) {
@@ -48,7 +48,7 @@ TEST(InodeTableTest, LoadsOnceAndSplitsExtentsIntoChunks) {
   EXPECT_EQ(f.table.Get(404).status().code(), ENOENT);
 }
 
-TEST(InodeTableTest, APinKeepsTheStateAndItsReleaseEvicts) {
+TEST(InodeTableTest, APinKeepsTheStateAndItsReleaseUnloads) {
   TableFixture f;
   InodeRef first;
   {
@@ -57,9 +57,9 @@ TEST(InodeTableTest, APinKeepsTheStateAndItsReleaseEvicts) {
     first = pin->ref();
     EXPECT_EQ(first->pins, 1);
     EXPECT_EQ(*f.table.Get(7), first);
-    EXPECT_TRUE(f.evicted.empty());
+    EXPECT_TRUE(f.unloaded.empty());
   }
-  EXPECT_EQ(f.evicted, std::vector<uint64_t>{7}) << "the last count gone: out of the table";
+  EXPECT_EQ(f.unloaded, std::vector<uint64_t>{7}) << "the last count gone: out of the table";
   EXPECT_EQ(first->pins, 0);
   auto again = f.table.Get(7);
   ASSERT_TRUE(again.ok());
@@ -89,7 +89,7 @@ TEST(InodeTableTest, PinsMoveAndResetExactlyOnce) {
   EXPECT_EQ(s->pins, 1) << "a shared pin lives while a copy does";
   copy.reset();
   EXPECT_EQ(s->pins, 0);
-  EXPECT_EQ(f.evicted.size(), 1u);
+  EXPECT_EQ(f.unloaded.size(), 1u);
 }
 
 TEST(InodeTableTest, LookupsAndOpensKeepItTooAndTheRootStays) {
@@ -98,11 +98,11 @@ TEST(InodeTableTest, LookupsAndOpensKeepItTooAndTheRootStays) {
   ASSERT_TRUE(s.ok());
   f.table.AddOpen(**s);
   f.table.Forget(7, 5);  // more than it has: floored at 0
-  EXPECT_TRUE(f.evicted.empty()) << "still open";
+  EXPECT_TRUE(f.unloaded.empty()) << "still open";
   EXPECT_TRUE(f.table.DropOpen(**s));
-  EXPECT_TRUE(f.evicted.empty()) << "DropOpen leaves eviction to the caller";
-  f.table.EvictIfUnused(*s);
-  EXPECT_EQ(f.evicted, std::vector<uint64_t>{7});
+  EXPECT_TRUE(f.unloaded.empty()) << "DropOpen leaves unloading to the caller";
+  f.table.UnloadIfUnused(*s);
+  EXPECT_EQ(f.unloaded, std::vector<uint64_t>{7});
 
   auto root = f.table.GetLookedUp(kRootIno);
   ASSERT_TRUE(root.ok());
@@ -112,7 +112,7 @@ TEST(InodeTableTest, LookupsAndOpensKeepItTooAndTheRootStays) {
   EXPECT_EQ(f.table.size(), 1u);
 }
 
-TEST(InodeTableTest, PinIfCurrentRefusesAStateThatWasEvicted) {
+TEST(InodeTableTest, PinIfCurrentRefusesAStateThatWasUnloaded) {
   TableFixture f;
   InodeRef old;
   {
@@ -120,7 +120,7 @@ TEST(InodeTableTest, PinIfCurrentRefusesAStateThatWasEvicted) {
     ASSERT_TRUE(p.ok());
     old = p->ref();
   }
-  EXPECT_FALSE(f.table.PinIfCurrent(old)) << "evicted: its cache entries belong to nobody";
+  EXPECT_FALSE(f.table.PinIfCurrent(old)) << "unloaded: its cache entries belong to nobody";
   auto now = f.table.GetPinned(7);
   ASSERT_TRUE(now.ok());
   InodePin p = f.table.PinIfCurrent(now->ref());

@@ -105,7 +105,7 @@ class ModelTest : public FsTest {
         ASSERT_TRUE(a.ok());
         SetAttrRequest req;
         req.size = size;
-        ASSERT_TRUE(fs_->SetAttr(a->ino, req, 0).ok());
+        ASSERT_TRUE(fs_->SetAttr(a->ino, req).ok());
         it->second->resize(size, '\0');
       } else if (op < 65 && it != names.end()) {  // rename, maybe over another name
         const std::string to = Name(rng);

@@ -65,7 +65,7 @@ TEST_F(OrderingTest, CommittedSizeNeverRunsAheadOfWrittenData) {
   // Metadata-only change that captures the record while data is held.
   SetAttrRequest chmod;
   chmod.mode = 0600;
-  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, chmod, c->fh).ok());
+  ASSERT_TRUE(fs_->SetAttr(c->attr.ino, chmod).ok());
   fs_->WaitCommitsStalled();  // the chmod's change is committed, the data change held
   auto rec = vol_->index().GetInode(c->attr.ino);
   ASSERT_TRUE(rec.ok());

@@ -43,7 +43,7 @@ TEST_F(FsTest, SetgidDirectoryGivesItsGroupAndSetgidToWhatIsMadeInIt) {
   SetAttrRequest q;
   q.mode = 02775;
   q.gid = kGroup;
-  ASSERT_TRUE(fs_->SetAttr(d->ino, q, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(d->ino, q).ok());
 
   auto sub = fs_->MkDir(d->ino, "sub", 0755, kUser);
   ASSERT_TRUE(sub.ok());
@@ -162,7 +162,7 @@ TEST_F(FsTest, UnprivilegedWriteDropsSetgidWhenTheWriterIsNotInTheGroup) {
     SetAttrRequest q;
     q.mode = c.mode;
     q.gid = kGroup;
-    ASSERT_TRUE(fs_->SetAttr(ino, q, 0).ok());
+    ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
     auto fh = fs_->Open(ino, O_WRONLY);
     ASSERT_TRUE(fh.ok());
     KillPriv who = InGroups(c.groups);
@@ -177,7 +177,7 @@ TEST_F(FsTest, UnprivilegedWriteDropsSetgidWhenTheWriterIsNotInTheGroup) {
   const uint64_t ino = Store(kRootIno, "root", "abc");
   SetAttrRequest q;
   q.mode = 06666;
-  ASSERT_TRUE(fs_->SetAttr(ino, q, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
   auto fh = fs_->Open(ino, O_WRONLY);
   ASSERT_TRUE(fh.ok());
   ASSERT_TRUE(fs_->Write(*fh, 0, std::string_view("z")).ok());
@@ -190,7 +190,7 @@ TEST_F(FsTest, UnprivilegedTruncatingOpenDropsSetgidOutsideTheGroup) {
   SetAttrRequest q;
   q.mode = 06666;
   q.gid = kGroup;
-  ASSERT_TRUE(fs_->SetAttr(ino, q, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
   KillPriv who = InGroups({});
   auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC, &who);
   ASSERT_TRUE(fh.ok());
@@ -206,7 +206,7 @@ TEST_F(FsTest, UnprivilegedFallocateDropsSetgidOutsideTheGroup) {
   SetAttrRequest q;
   q.mode = 02666;
   q.gid = kGroup;
-  ASSERT_TRUE(fs_->SetAttr(ino, q, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
   auto fh = fs_->Open(ino, O_WRONLY);
   ASSERT_TRUE(fh.ok());
   KillPriv member = InGroups({kGroup});
@@ -232,19 +232,19 @@ TEST_F(FsTest, ModeSetByCallerOutsideTheGroupLosesSetgid) {
   SetAttrRequest q;
   q.mode = 06666;
   q.gid = kGroup;
-  ASSERT_TRUE(fs_->SetAttr(ino, q, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
   SetAttrRequest kernel;
   kernel.mode = 02666;  // S_ISUID dropped by the kernel, S_ISGID kept
   KillPriv outside = InGroups({});
   kernel.unprivileged = &outside;
-  auto a = fs_->SetAttr(ino, kernel, 0);
+  auto a = fs_->SetAttr(ino, kernel);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->mode & 07777, 0666u);
   // A member of the group keeps it.
-  ASSERT_TRUE(fs_->SetAttr(ino, q, 0).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
   KillPriv member = InGroups({kGroup});
   kernel.unprivileged = &member;
-  a = fs_->SetAttr(ino, kernel, 0);
+  a = fs_->SetAttr(ino, kernel);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->mode & 07777, 02666u);
 }
@@ -356,7 +356,7 @@ TEST_F(ReadOnlyFsTest, ReadOnlyMountReadsAndChangesNothing) {
   EXPECT_EQ(fs_->Open(f, O_WRONLY).status().code(), EROFS);
   SetAttrRequest q;
   q.mode = 0600;
-  EXPECT_EQ(fs_->SetAttr(f, q, 0).status().code(), EROFS);
+  EXPECT_EQ(fs_->SetAttr(f, q).status().code(), EROFS);
   auto fh = fs_->Open(f, O_RDONLY);
   ASSERT_TRUE(fh.ok());
   EXPECT_TRUE(FsyncFh(*fh).ok());

@@ -67,7 +67,7 @@ class WholeFileTest : public FsTest {
     req.mode = mode;
     req.uid = uid;
     req.gid = gid;
-    ASSERT_TRUE(fs_->SetAttr(ino, req, 0).ok());
+    ASSERT_TRUE(fs_->SetAttr(ino, req).ok());
   }
   uint64_t zero_copy() { return fs_->Stats().zero_copy_bytes; }
 };

@@ -45,6 +45,36 @@ TEST(BatchDecodeTest, ArgsOutOfRangeRefuseTheCall) {
   EXPECT_EQ(CheckBatchArgs(a, sizeof(a), true).error, EINVAL);
 }
 
+TEST(BatchDecodeTest, FeaturesNameExactlyTheOpsEntriesMayUse) {
+  kvfs_features_args in{};
+  in.version = 7;  // any: the call is how a client learns the daemon's
+  kvfs_features_args out{};
+  ASSERT_EQ(AnswerFeatures(in, sizeof(out), &out).error, 0);
+  EXPECT_EQ(out.version, KVFS_ABI_VERSION);
+  EXPECT_EQ(out.reserved, 0u);
+  for (uint64_t spare : out.spare) EXPECT_EQ(spare, 0u);
+  EXPECT_EQ(out.ops & KVFS_OPS_BASE, KVFS_OPS_BASE) << "every daemon runs the base set";
+  EXPECT_NE(out.ops & KVFS_OP_BIT(KVFS_OP_EXISTS), 0u);
+  for (uint32_t op = 0; op < 64; ++op) {
+    const bool listed = (out.ops & KVFS_OP_BIT(op)) != 0;
+    EXPECT_EQ(CheckEntryHeader(Entry(op)) == 0, listed) << op;
+    EXPECT_EQ(FindOp(op) != nullptr, listed) << op;
+    if (listed) {
+      EXPECT_EQ(DecodeEntry(Entry(op), "a").error, 0) << op;
+    }
+  }
+}
+
+TEST(BatchDecodeTest, FeaturesArgsOutOfRangeRefuseTheCall) {
+  kvfs_features_args in{}, out{};
+  EXPECT_EQ(AnswerFeatures(in, sizeof(out) - 1, &out).error, EINVAL);
+  in.flags = 1;
+  EXPECT_EQ(AnswerFeatures(in, sizeof(out), &out).error, EINVAL);
+  in.flags = 0;
+  in.reserved = 1;
+  EXPECT_EQ(AnswerFeatures(in, sizeof(out), &out).error, EINVAL);
+}
+
 TEST(BatchDecodeTest, EntryHeaderFieldsOutOfRange) {
   for (uint32_t op = KVFS_OP_READ; op <= KVFS_OP_EXISTS; ++op) {
     EXPECT_EQ(CheckEntryHeader(Entry(op)), 0) << op;

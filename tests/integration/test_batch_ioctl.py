@@ -51,6 +51,9 @@ def _ioc(direction, nr, size):
 IOC_REGISTER = _ioc(3, 1, 32)    # _IOWR
 IOC_UNREGISTER = _ioc(1, 2, 16)  # _IOW
 IOC_BATCH = _ioc(3, 3, 48)       # _IOWR
+IOC_FEATURES = _ioc(3, 4, 64)    # _IOWR
+FEATURES_FMT = "=IIQQ40x"        # version reserved flags ops spare[5]
+OPS_BASE = sum(1 << op for op in (OP_READ, OP_WRITE, OP_STAT, OP_PREFETCH, OP_DELETE))
 TCGETS = 0x5401
 
 
@@ -261,6 +264,44 @@ def test_every_op_round_trips_byte_exact(vol, dirfd):
     entries = [Entry(OP_READ, "sub/plain", 0, ctypes.addressof(dst), 4096, 5)]
     run(dirfd, shm, entries)
     assert entries[0].status == 0 and dst.raw[:4096] == src.raw[5:4101]
+    shm.close()
+
+
+def features(fd, version=ABI_VERSION, reserved=0, flags=0):
+    """KVFS_IOC_FEATURES: (version, ops, the 40 spare bytes)."""
+    buf = bytearray(struct.pack(FEATURES_FMT, version, reserved, flags, 0))
+    fcntl.ioctl(fd, IOC_FEATURES, buf, True)
+    out = struct.unpack(FEATURES_FMT, buf)
+    return out[0], out[3], bytes(buf[24:])
+
+
+def test_features_list_exactly_the_ops_a_batch_runs(vol, dirfd):
+    version, ops, spare = features(dirfd)
+    assert version == ABI_VERSION and spare == bytes(40)
+    assert ops == OPS_BASE | 1 << OP_EXISTS
+    # Any version is taken (the call is how a client learns the daemon's),
+    # from a file as from a directory.
+    with open(vol.p("x"), "wb") as f:
+        f.write(b"x" * 100)
+    fd = os.open(vol.p("x"), os.O_RDONLY)
+    try:
+        assert features(fd, version=0)[:2] == (ABI_VERSION, ops)
+        assert features(dirfd, version=99)[:2] == (ABI_VERSION, ops)
+    finally:
+        os.close(fd)
+    assert errno_of(features, dirfd, reserved=1) == errno.EINVAL
+    assert errno_of(features, dirfd, flags=1) == errno.EINVAL
+    # Every listed op runs (entries of a batch have no order between them,
+    # so a DELETE may precede the READ: ENOENT is a run too); every other
+    # op fails its entry alone with EINVAL.
+    shm = Shm(dirfd, 1 * MiB)
+    listed = [op for op in range(64) if ops >> op & 1]
+    unlisted = [op for op in range(64) if not ops >> op & 1]
+    data = {OP_READ: (shm.id, 65536, 100), OP_WRITE: (shm.id, 65536, 100)}
+    entries = [Entry(op, "x", *data.get(op, ())) for op in listed + unlisted]
+    run(dirfd, shm, entries)
+    for e in entries:
+        assert (e.status == errno.EINVAL) == (e.op in unlisted), (e.op, e.status)
     shm.close()
 
 

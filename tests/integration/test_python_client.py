@@ -47,9 +47,10 @@ def count_calls(c):
 
 def test_abi_constants_match_the_c_header():
     # tests/client/abi_test.cc pins the C side to the same literals.
-    assert (abi.IOC_REGISTER, abi.IOC_UNREGISTER, abi.IOC_BATCH) == \
-        (0xC020B701, 0x4010B702, 0xC030B703)
-    assert abi.ENTRY.size == 64 and abi.BATCH_ARGS.size == 48
+    assert (abi.IOC_REGISTER, abi.IOC_UNREGISTER, abi.IOC_BATCH, abi.IOC_FEATURES) == \
+        (0xC020B701, 0x4010B702, 0xC030B703, 0xC040B704)
+    assert abi.ENTRY.size == 64 and abi.BATCH_ARGS.size == 48 and abi.FEATURES_ARGS.size == 64
+    assert abi.OPS_BASE == 0x3E
     assert abi.ENTRY.pack(1, 2, 3, 4, 5, 6, 7, -8, 9, 10)[48:52] == (-8).to_bytes(4, sys.byteorder,
                                                                                     signed=True)
 
@@ -172,25 +173,55 @@ def test_exists_batch_takes_every_kind_of_name(vol, client):
     assert [r.status for r in st] == [errno.ENAMETOOLONG, errno.EINVAL]
 
 
-def test_exists_batch_asks_stat_of_a_daemon_that_predates_exists(vol, client):
-    # A daemon older than KVFS_OP_EXISTS answers EINVAL for each such entry
-    # (the ABI's unknown-op rule); its answers are stood in for here.
+def test_features_name_the_abi_version_and_every_op(vol, client):
+    version, ops = client.features()
+    assert version == abi.ABI_VERSION
+    assert ops == abi.OPS_BASE | abi.op_bit(abi.OP_EXISTS)
+    assert client.supports(abi.OP_EXISTS) and not client.supports(abi.OP_EXISTS + 1)
+    # An op the daemon does not run fails its entry alone.
+    res = client.batch([kvfs.Entry(abi.OP_EXISTS + 1, "x"), kvfs.Entry(abi.OP_STAT, "x")])
+    assert [r.status for r in res] == [errno.EINVAL, errno.ENOENT]
+
+
+@pytest.mark.parametrize("answer", [errno.ENOTTY, errno.EINVAL])
+def test_exists_batch_asks_stat_of_a_daemon_without_features(vol, client, monkeypatch, answer):
+    # A daemon that predates KVFS_IOC_FEATURES fails it (ENOTTY; EINVAL from
+    # one that checks the size): it runs the base ops, so EXISTS is asked
+    # as STAT. Its answer to FEATURES is stood in for here.
     for name in ("a", "c"):
         with open(vol.p(name), "wb") as f:
             f.write(b"x")
-    real = client._call_names
-    ops = []
+    real_ioctl = kvfs.client._ioctl
+    features_calls = []
 
-    def older_daemon(op, names):
+    def older_daemon(fd, request, args):
+        if request == abi.IOC_FEATURES:
+            features_calls.append(fd)
+            raise OSError(answer, os.strerror(answer))
+        return real_ioctl(fd, request, args)
+
+    monkeypatch.setattr(kvfs.client, "_ioctl", older_daemon)
+    ops = []
+    real = client._call_names
+
+    def recording(op, names):
         ops.append(op)
-        if op == abi.OP_EXISTS:
-            return [errno.EINVAL] * len(names)
         return real(op, names)
 
-    client._call_names = older_daemon
+    client._call_names = recording
+    assert client.features() == (1, abi.OPS_BASE)
     assert client.exists_batch(["a", "b", "c"]) == [True, False, True]
     assert client.exists_batch(["b", "c"]) == [False, True]
-    assert ops == [abi.OP_EXISTS, abi.OP_STAT, abi.OP_STAT]  # asked once, then remembered
+    assert ops == [abi.OP_STAT, abi.OP_STAT]
+    assert len(features_calls) == 1  # asked once per Client
+
+
+def test_features_outside_kvfs_are_the_base_set_and_batches_still_raise(workdir):
+    with kvfs.Client(workdir) as c:
+        assert c.features() == (1, abi.OPS_BASE)
+        with pytest.raises(OSError) as e:
+            c.exists_batch(["x"])
+        assert e.value.errno == errno.ENOTTY
 
 
 def test_32_keys_in_one_call_with_mixed_hits_and_misses(vol, client):

@@ -342,7 +342,7 @@ while not os.path.exists(sys.argv[2]):
 
 
 def test_writes_wait_for_another_callers_reads_but_not_for_their_own(make_volume):
-    """io/read_priority.h: while another process reads, a store's write
+    """fuse/read_priority.h: while another process reads, a store's write
     requests wait for its reads to pause (counted in the stats); a process's
     own reads never hold up its writes (a copy within the mount); what is
     written arrives whole either way. Reads the kernel serves itself
@@ -395,7 +395,7 @@ with kvfs.Client(sys.argv[2]) as c:
 
 
 def test_writes_wait_for_another_callers_batch_reads(vol):
-    """A batch ioctl call with READ entries is a read for io/ReadPriority:
+    """A batch ioctl call with READ entries is a read for fuse/ReadPriority:
     another process's POSIX writes wait while such calls keep coming."""
     d = vol.p("keys")
     os.mkdir(d)

@@ -1,15 +1,15 @@
-#include "io/read_priority.h"
+#include "fuse/read_priority.h"
 
 #include <algorithm>
 
 #include "io/clock.h"
 
-namespace kvfs::io {
+namespace kvfs::fuse {
 
 ReadPriority::ReadPriority() : ReadPriority(Options{}) {}
 
 ReadPriority::ReadPriority(Options options) : options_([&] {
-  if (!options.now_ns) options.now_ns = SteadyNowNs;
+  if (!options.now_ns) options.now_ns = io::SteadyNowNs;
   return std::move(options);
 }()) {}
 
@@ -80,4 +80,4 @@ std::chrono::nanoseconds ReadPriority::BeforeWrite(pid_t writer) {
   return std::chrono::nanoseconds(now - start);
 }
 
-}  // namespace kvfs::io
+}  // namespace kvfs::fuse

@@ -1,7 +1,7 @@
 // ReadPriority on a clock the test steps: a sleep advances it (cut short
 // where the test ends the read in flight, as the daemon's wait is), and a
 // hook lets a test change what the reads do while a write waits.
-#include "io/read_priority.h"
+#include "fuse/read_priority.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <functional>
 #include <thread>
 
-namespace kvfs::io {
+namespace kvfs::fuse {
 namespace {
 
 using std::chrono::microseconds;
@@ -188,4 +188,4 @@ TEST(ReadPriorityTest, TheEndOfTheLastReadInFlightWakesAWaitingWrite) {
 }
 
 }  // namespace
-}  // namespace kvfs::io
+}  // namespace kvfs::fuse

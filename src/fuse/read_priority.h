@@ -30,7 +30,7 @@
 #include <functional>
 #include <mutex>
 
-namespace kvfs::io {
+namespace kvfs::fuse {
 
 class ReadPriority {
  public:
@@ -108,4 +108,4 @@ class ReadPriority {
   std::atomic<uint64_t> waited_ns_{0};
 };
 
-}  // namespace kvfs::io
+}  // namespace kvfs::fuse
