@@ -83,7 +83,9 @@ BufferPool::~BufferPool() { ::munmap(map_base_, map_bytes_); }
 
 PoolBuffer BufferPool::Acquire() {
   std::unique_lock<std::mutex> l(mu_);
+  ++waiters_;
   cv_.wait(l, [this] { return !free_.empty(); });
+  --waiters_;
   char* d = free_.back();
   free_.pop_back();
   return PoolBuffer(this, d, slot_bytes_);
@@ -100,6 +102,11 @@ PoolBuffer BufferPool::TryAcquire() {
 size_t BufferPool::free_slots() const {
   std::lock_guard<std::mutex> l(mu_);
   return free_.size();
+}
+
+size_t BufferPool::waiters() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return waiters_;
 }
 
 void BufferPool::Release(char* data) {

@@ -53,6 +53,7 @@ struct EvictionCounters {
   uint64_t files = 0;
   uint64_t bytes = 0;
   uint64_t passes = 0;
+  uint64_t passes_done = 0;  // passes finished; == passes: none is running
   uint64_t writer_waits = 0;
   uint64_t writer_wait_ns = 0;
   int64_t last_age_ns = 0;  // age (now - last use) of the last file evicted
@@ -121,6 +122,12 @@ class Evictor {
   // or the wait is over.
   Status ReserveWaiting(const std::function<Status()>& reserve, uint64_t bytes);
 
+  // Test hook: returns once the pass thread has looked at the space used
+  // (and run the pass that called for, if any) after this call, with no
+  // RunPass request pending. So "nothing is evicted" is proven by a look
+  // that found nothing to do, not by a sleep.
+  void WaitIdle();
+
   EvictionCounters counters() const;
   const EvictionOptions& options() const { return options_; }
 
@@ -145,7 +152,8 @@ class Evictor {
   bool stop_ = false;    // GUARDED_BY(mu_)
   std::deque<Gone> gone_;  // GUARDED_BY(mu_), for the notify thread
   bool notify_done_ = false;  // GUARDED_BY(mu_)
-  std::atomic<uint64_t> files_{0}, bytes_{0}, passes_{0}, waits_{0}, wait_ns_{0};
+  uint64_t looks_ = 0;         // rounds of Loop() finished; GUARDED_BY(mu_)
+  std::atomic<uint64_t> files_{0}, bytes_{0}, passes_{0}, passes_done_{0}, waits_{0}, wait_ns_{0};
   std::atomic<int64_t> last_age_ns_{0};
   // Last: started once everything above is set.
   std::thread thread_;
