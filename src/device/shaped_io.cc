@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <utility>
 
+#include "common/rule_list.h"
+
 namespace kvfs::device {
 
 namespace {
@@ -17,53 +19,32 @@ uint64_t NowNs() {
                                    .count());
 }
 
-// A whole unsigned decimal number, or false.
-bool ParseNumber(const std::string& t, uint64_t* out) {
-  if (t.empty() || t[0] < '0' || t[0] > '9') return false;
-  char* e = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(t.c_str(), &e, 10);
-  if (*e != '\0' || errno != 0) return false;
-  *out = v;
-  return true;
-}
-
 }  // namespace
 
 Result<std::vector<DeviceShape>> ParseDeviceShapes(const std::string& spec, uint32_t devices) {
   std::vector<DeviceShape> all(devices);
   if (spec.empty()) return all;
   std::vector<std::pair<uint32_t, DeviceShape>> overrides;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t end = spec.find('/', start);
-    if (end == std::string::npos) end = spec.size();
-    const std::string rule = spec.substr(start, end - start);
-    std::vector<std::string> f;
-    for (size_t a = 0;;) {
-      size_t b = rule.find(':', a);
-      f.push_back(rule.substr(a, b == std::string::npos ? std::string::npos : b - a));
-      if (b == std::string::npos) break;
-      a = b + 1;
-    }
-    auto bad = [&](const std::string& why) {
-      return Status::Error(EINVAL, "shape: rule '" + rule + "': " + why +
-                                       " (want LAT_US:MB_S[:DEVICE])");
-    };
+  for (const Rule& rule : SplitRules(spec)) {
+    const std::vector<std::string>& f = rule.fields;
+    auto bad = [&](const char* why) { return BadRule("shape", rule, why, "LAT_US:MB_S[:DEVICE]"); };
     if (f.size() != 2 && f.size() != 3) return bad("wrong number of fields");
     uint64_t lat_us = 0, mbps = 0, dev = 0;
-    if (!ParseNumber(f[0], &lat_us) || lat_us > 1'000'000) return bad("LAT_US is not 0..1000000");
-    if (!ParseNumber(f[1], &mbps) || mbps == 0 || mbps > 1'000'000) {
+    if (!ParseRuleNumber(f[0], &lat_us) || lat_us > 1'000'000) {
+      return bad("LAT_US is not 0..1000000");
+    }
+    if (!ParseRuleNumber(f[1], &mbps) || mbps == 0 || mbps > 1'000'000) {
       return bad("MB_S is not 1..1000000");
     }
     DeviceShape s{lat_us * 1000, mbps * 1'000'000};
     if (f.size() == 3) {
-      if (!ParseNumber(f[2], &dev) || dev >= devices) return bad("DEVICE past the last device");
+      if (!ParseRuleNumber(f[2], &dev) || dev >= devices) {
+        return bad("DEVICE past the last device");
+      }
       overrides.emplace_back(static_cast<uint32_t>(dev), s);
     } else {
       for (auto& d : all) d = s;
     }
-    start = end + 1;
   }
   for (const auto& [d, s] : overrides) all[d] = s;
   return all;

@@ -316,9 +316,9 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
   // already wait for them.
   for (uint64_t ino : guesses) {
     Result<InodePin> i = [&] {
-      // Shared ns_mu_: no unlink can commit between this index read and
+      // Shared ns_.mu(): no unlink can commit between this index read and
       // the table insert, which would leave a stale copy in the table.
-      std::shared_lock<NamespaceLock> ns(ns_mu_);
+      NamespaceReadLock ns(ns_.mu());
       return table_.GetPinned(ino);  // pinned: not unloaded before it is retained
     }();
     if (!i.ok()) continue;
@@ -329,27 +329,12 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
       if (!inode->orphan) started = PrefetchLocked(inode, &reqs, &entries);
     }
     if (started > 0) {
-      RetainPrefetched(inode, &retained_readahead_, kRetainedReadahead);
+      retained_readahead_.Retain(table_.Pin(inode));
       sched_->Submit(io::Lane::kPrefetch, reqs);
       reqs.clear();
       PromoteWaitedFor(&entries);
     }
     // The pin goes here: unloads a guess loaded only for this and not retained.
-  }
-}
-
-void FileSystem::Impl::RetainPrefetched(const InodeRef& inode, std::deque<InodePin>* list,
-                                        size_t max) {
-  // The batch holds no kernel lookup on the file: without a pin the inode
-  // would leave the table when its loads finish, and its cache entries
-  // (keyed by the InodeState) with it.
-  InodePin pin = table_.Pin(inode);
-  InodePin oldest;  // released outside retained_mu_
-  std::lock_guard<std::mutex> l(retained_mu_);
-  list->push_back(std::move(pin));
-  if (list->size() > max) {
-    oldest = std::move(list->front());
-    list->pop_front();
   }
 }
 
@@ -363,15 +348,10 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
   // A directory: each file in it, in name order, until the budget is used.
   std::vector<uint64_t> children;
   {
-    std::shared_lock<NamespaceLock> ns(ns_mu_);  // reads only
-    KVFS_RETURN_IF_ERROR(volume_.index().ListEntries(ino, "", [&](std::string_view, uint64_t c) {
-      children.push_back(c);
-      return true;
-    }));
-    auto lo = pending_entries_.lower_bound(std::make_pair(ino, std::string()));
-    for (auto it = lo; it != pending_entries_.end() && it->first.first == ino; ++it) {
-      if (it->second.child) children.push_back(it->second.child);
-    }
+    NamespaceReadLock ns(ns_.mu());  // reads only
+    std::vector<Namespace::Entry> names;
+    KVFS_RETURN_IF_ERROR(ns_.List(ino, &names));
+    for (const Namespace::Entry& e : names) children.push_back(e.child);
   }
   for (uint64_t c : children) {
     if (SpeculativeBytes() >= options_.prefetch_budget_bytes) break;

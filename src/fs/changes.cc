@@ -48,7 +48,7 @@ void FileSystem::Impl::SettleOrphans(Change& c) {
     }
     std::unique_lock<std::mutex> l(i->mu);
     i->orphan_queued = true;
-    // Its last handle closed between DropLink and now: Release left the
+    // Its last handle closed between NameChange's drop of its name and now: Release left the
     // delete to this, so that it queues after the change above.
     if (i->orphan && !i->deleted && table_.opens(*i) == 0) DeleteOrphan(i, l);
   }
@@ -64,11 +64,9 @@ void FileSystem::Impl::DeleteOrphan(const InodeRef& inode, std::unique_lock<std:
   Enqueue(c);
 }
 
-void FileSystem::Impl::SetPendingEntry(uint64_t parent, std::string_view name, uint64_t child) {
-  PendingEntry& e = pending_entries_[{parent, std::string(name)}];
-  e.child = child;
-  e.pending++;
-  entry_cache_.Put(parent, name, child);
+void FileSystem::Impl::QueueNameChange(const NameChange& change) {
+  ns_.Record(*change.change());
+  Enqueue(change.change());
 }
 
 std::shared_ptr<Change> FileSystem::Impl::QueueDataChange(const InodeRef& inode, bool sync) {
@@ -181,16 +179,7 @@ void FileSystem::Impl::ChangeCommitted(Change& c, Status st) {
                   c.frees.size());
   }
   c.frees.clear();
-  if (!c.entry_ops.empty()) {
-    std::lock_guard<NamespaceLock> l(ns_mu_);
-    for (const EntryOp& op : c.entry_ops) {
-      auto it = pending_entries_.find(std::make_pair(op.parent, op.name));
-      if (it != pending_entries_.end() && --it->second.pending == 0) pending_entries_.erase(it);
-      // A change the index did not take: names resolve as the index has
-      // them, as they would after a remount.
-      if (!st.ok()) entry_cache_.Erase(op.parent, op.name);
-    }
-  }
+  ns_.Committed(c, st.ok());
   c.pins.clear();  // the inodes may leave the table now
   c.inodes.clear();
   c.deletes.clear();

@@ -74,13 +74,13 @@ Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
   const int64_t now = NowNs();
   const EvictionRules rules(options_.eviction, table_);
   std::unordered_set<uint64_t> kept;  // looked at and kept: passed over
-  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  NamespaceWriteLock ns(ns_.mu());
   for (;;) {
     std::vector<VictimOrder::Candidate> cands = victims_->Next(max_files, kept);
     if (cands.empty()) return b;
     for (const VictimOrder::Candidate& c : cands) {
       if (b.files >= max_files || b.bytes >= bytes) return b;
-      Result<uint64_t> named = ResolveEntry(c.parent, c.name);
+      Result<uint64_t> named = ns_.Resolve(c.parent, c.name);
       if (!named.ok() || *named != c.ino) {  // a name change it was not told of
         spdlog::warn("eviction: inode {} is not {} in {}; no longer tracked", c.ino, c.name,
                      c.parent);

@@ -38,7 +38,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
   }
   InodeRef file;
   {
-    std::lock_guard<NamespaceLock> ns(ns_mu_);
+    NamespaceWriteLock ns(ns_.mu());
     KVFS_ASSIGN_OR_RETURN(file, AddChild(parent, name, S_IFREG | (mode & 07777), caller));
   }
   const uint64_t fh = handles_.Add(Handle{file, flags, nullptr});
@@ -82,7 +82,7 @@ Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, KillPriv* kill
   if (!served && (flags & O_ACCMODE) != O_WRONLY && options_.prefetch != PrefetchMode::kOff) {
     PrefetchLocked(i);
   }
-  table_.AddOpen(*i);  // under i->mu: see DropLink
+  table_.AddOpen(*i);  // under i->mu: see NameChange::DropName
   if (served && pending) {
     served->pending.fetch_add(1);
   } else if (served) {
@@ -270,7 +270,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
     // The last handle of a file unlinked while open: it goes away now, in
     // a change queued after the unlink's. If the unlink's change is not
     // queued yet, its SettleOrphans() queues the delete instead (taking
-    // ns_mu_ here could wait behind a batch's walk).
+    // ns_.mu() here could wait behind a batch's walk).
     if (i->orphan_queued) DeleteOrphan(i, l);
     return;
   }

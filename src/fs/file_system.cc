@@ -87,11 +87,8 @@ FileSystem::Impl::~Impl() {
   cache_registrar_->Stop();
   atime_.reset();  // flushed by Shutdown(); its pins go before the table
   committer_.reset();
-  {
-    std::lock_guard<std::mutex> l(retained_mu_);
-    retained_prefetches_.clear();
-    retained_readahead_.clear();
-  }
+  retained_prefetches_.Clear();
+  retained_readahead_.Clear();
 }
 
 int64_t FileSystem::Impl::NowNs() {
@@ -139,9 +136,9 @@ Result<uint64_t> FileSystem::Impl::ResolvePath(std::string_view path) {
   parts.clear();
   KVFS_RETURN_IF_ERROR(SplitPath(path, &parts));
   uint64_t ino = kRootIno;
-  std::shared_lock<NamespaceLock> ns(ns_mu_);  // a walk changes nothing ns_mu_ guards
+  NamespaceReadLock ns(ns_.mu());  // a walk changes nothing ns_.mu() guards
   for (std::string_view part : parts) {
-    KVFS_ASSIGN_OR_RETURN(ino, ResolveEntry(ino, part));
+    KVFS_ASSIGN_OR_RETURN(ino, ns_.Resolve(ino, part));
   }
   return ino;
 }
@@ -158,8 +155,8 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.index_commits = committer_->commits();
   s.atime_updates = atime_->updates();
   s.atime_flushes = atime_->flushes();
-  s.name_cache_entries = entry_cache_.entries();
-  s.name_cache_bytes = entry_cache_.bytes();
+  s.name_cache_entries = ns_.cached_entries();
+  s.name_cache_bytes = ns_.cached_bytes();
   s.zero_copy_bytes = metrics_.zero_copy_bytes();
   auto lanes = sched_->Snapshot();
   for (size_t k = 0; k < lanes.size(); ++k) {
@@ -239,32 +236,6 @@ FsStats FileSystem::Impl::StatFs() {
 
 namespace {
 
-// The metric a call is recorded under (fs/stats.h), and an errno that is an
-// answer rather than an error (not counted).
-struct Metric {
-  bool on = false;
-  Op op = Op::kCount;
-  int answer = 0;
-};
-
-constexpr Metric MetricOf(Call c) {
-  switch (c) {
-    case Call::kLookup: return {true, Op::kLookup, ENOENT};
-    case Call::kGetAttr: return {true, Op::kGetattr, 0};
-    case Call::kCreate: return {true, Op::kCreate, 0};
-    case Call::kRename: return {true, Op::kRename, 0};
-    case Call::kUnlink: return {true, Op::kUnlink, 0};
-    // ESTALE: an open that raced a rename-over; the kernel looks again.
-    case Call::kOpen: return {true, Op::kOpen, ESTALE};
-    case Call::kRead:
-    case Call::kReadFile: return {true, Op::kRead, 0};
-    case Call::kWrite:
-    case Call::kWriteFile: return {true, Op::kWrite, 0};
-    case Call::kFsync: return {true, Op::kFsync, 0};
-    default: return {};
-  }
-}
-
 int CodeOf(const Status& st) { return st.code(); }
 template <typename T>
 int CodeOf(const Result<T>& r) {
@@ -279,13 +250,13 @@ uint64_t BytesOf(const Result<T>& r) {
 
 }  // namespace
 
-// Records the end of a call started at `start` (fs/calls.h, MetricOf).
+// Records the end of a call started at `start` under its metric (fs/calls.h).
 void FileSystem::Record(Call c, std::chrono::steady_clock::time_point start, int code,
                         uint64_t bytes) {
-  const Metric m = MetricOf(c);
-  if (!m.on) return;
-  impl_->metrics_.Record(m.op, ElapsedNs(start), bytes);
-  if (code != 0 && code != m.answer) impl_->metrics_.Error(code);
+  const CallRules& rules = RulesOf(c);
+  if (!rules.metric) return;
+  impl_->metrics_.Record(*rules.metric, ElapsedNs(start), bytes);
+  if (code != 0 && code != rules.answer) impl_->metrics_.Error(code);
 }
 
 // Runs a synchronous call under the rules of `c`: refused with EROFS when
@@ -304,7 +275,7 @@ auto FileSystem::Run(Call c, bool changes, Fn&& fn) -> decltype(fn()) {
 
 template <typename Fn>
 auto FileSystem::Run(Call c, Fn&& fn) -> decltype(fn()) {
-  return Run(c, CallChanges(c), std::forward<Fn>(fn));
+  return Run(c, RulesOf(c).changes, std::forward<Fn>(fn));
 }
 
 FileSystem::FileSystem(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -26,7 +26,7 @@
 //
 // Per-call rules (which calls are refused with EROFS after a failed commit,
 // which may wait for something slow and so must not run on a thread that
-// must never wait): fs/calls.h.
+// must never wait, which metric records each): fs/calls.h, one table.
 //
 // Thread safety: every method may be called from any thread concurrently.
 // Callbacks (`done`) run exactly once, on an engine or committer thread or
@@ -363,9 +363,9 @@ class FileSystem {
   // many keys costs one index read per key.
   Status ExistsPath(uint64_t dir, std::string_view path, const Caller& caller);
   // ExistsPath of each of `paths`: codes[i] = 0 or the errno for paths[i]
-  // (codes.size() == paths.size()). One call walks a directory once for a
-  // run of names in it: a batched "contains" of 10,000 keys in one
-  // directory paid five lock round trips per key in the walk alone.
+  // (codes.size() == paths.size()). A run of names in one directory is
+  // walked once, so a batched "contains" of many keys costs a lock round
+  // trip per run, not five per key.
   void ExistsPaths(uint64_t dir, std::span<const std::string_view> paths, const Caller& caller,
                    std::span<int> codes);
   // Reads file bytes [off, off + dest.size()) of `path` into `dest` (read

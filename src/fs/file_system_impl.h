@@ -24,7 +24,7 @@
 //   atime.cc           access times and their flushes (atime.h)
 //
 // Thread safety: as FileSystem (any thread). Each member names the lock
-// that guards it; the lock order is written on ns_mu_.
+// that guards it; the lock order is written on ns_.
 #pragma once
 
 #include <fcntl.h>
@@ -56,27 +56,18 @@
 #include "fs/handle_table.h"
 #include "fs/inode_state.h"
 #include "fs/inode_table.h"
-#include "fs/namespace_lock.h"
+#include "fs/name_change.h"
+#include "fs/namespace.h"
 #include "fs/path.h"
 #include "fs/prefetcher.h"
 #include "fs/read_verify.h"
-#include "fs/name_observer.h"
-#include "fs/victim_order.h"
+#include "fs/retained_pins.h"
+#include "fs/staged_inodes.h"
 #include "fs/stats.h"
+#include "fs/victim_order.h"
 #include "io/scheduler.h"
 
 namespace kvfs::fs {
-
-// An entry changed by a queued change that is not committed yet.
-struct PendingEntry {
-  uint64_t child = 0;  // 0: deleted
-  int pending = 0;     // queued changes that set it
-};
-
-// Drops the one name of `v` (== *ref; a regular file or an empty directory)
-// inside change `c`: an orphan if it is open, deleted otherwise (rename-over,
-// unlink and WriteFile's replace). REQUIRES: ns_mu_ held exclusively.
-void DropLink(InodeState& v, const InodeRef& ref, Change& c, const InodeTable& table, int64_t now);
 
 // Appends the extents `alloc` (written, with checksums `crcs`) to chunk
 // `ci`'s installed extents, laid out from the chunk's start.
@@ -123,7 +114,7 @@ class FileSystem::Impl {
   Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
   Status RmDir(uint64_t parent, std::string_view name);
   Status Unlink(uint64_t parent, std::string_view name);
-  Status UnlinkLocked(uint64_t parent, std::string_view name);  // REQUIRES: ns_mu_ held
+  Status UnlinkLocked(uint64_t parent, std::string_view name) REQUIRES(ns_.mu());
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                 std::string_view new_name, unsigned flags);
   Result<uint64_t> OpenDir(uint64_t ino);
@@ -185,7 +176,7 @@ class FileSystem::Impl {
   Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel);
   Status Flush(uint64_t fh);
-  // Never takes ns_mu_ (it runs on the request receiver): an unlinked
+  // Never takes ns_.mu() (it runs on the request receiver): an unlinked
   // file's delete is queued by whichever of the last close and the
   // unlink's queuing comes second (SettleOrphans).
   void Release(uint64_t fh);
@@ -234,12 +225,6 @@ class FileSystem::Impl {
   // With -o evict=lru: rebuilds the victim order from the index and
   // starts the Evictor. Called once, at construction.
   void StartEviction();
-  // Told of every name a regular file gains or loses (fs/name_observer.h),
-  // under ns_mu_ held exclusively: the victim order with eviction on.
-  NameObserver& name_observer() {
-    static NullNameObserver none;
-    return victims_ ? static_cast<NameObserver&>(*victims_) : none;
-  }
   // A use of `i` for the eviction order: lookup, getattr and the batch's
   // STAT (NoteUse covers open, read and READ). One atomic store, after the
   // file's first use; nothing without eviction. REQUIRES: i.mu held.
@@ -250,7 +235,7 @@ class FileSystem::Impl {
   }
   // The Evictor's batch: unlinks up to `max_files` files the victim order
   // offers and the rules (fs/eviction_rules.h) let go, until `bytes` are
-  // evicted. Takes ns_mu_.
+  // evicted. Takes ns_.mu().
   Evictor::Batch EvictBatch(size_t max_files, uint64_t bytes, std::vector<Evictor::Gone>* gone);
   void SetEvictionListener(std::function<void(uint64_t, std::string_view, uint64_t)> fn);
 
@@ -266,33 +251,31 @@ class FileSystem::Impl {
   void FinishWriteFile(const std::shared_ptr<WriteState>& ws);
 
   // --- namespace_ops.cc
-  // REQUIRES: ns_mu_ held exclusively. A new regular file (returned open
-  // once, as create(2) does) or directory (`mode` has the type) named
-  // `name` in `parent`, with one kernel lookup; its change is queued.
-  // EEXIST, ENOTDIR, ENOENT for a removed parent.
+  // A new regular file (returned open once, as create(2) does) or
+  // directory (`mode` has the type) named `name` in `parent`, with one
+  // kernel lookup; its change is queued. EEXIST, ENOTDIR, ENOENT for a
+  // removed parent.
   Result<InodeRef> AddChild(uint64_t parent, std::string_view name, uint32_t mode,
-                            const Caller& caller);
+                            const Caller& caller) REQUIRES(ns_.mu());
   // A record for a new inode (number allocated; the caller's uid and gid;
   // link count 2 for a directory, else 1; times `now`).
   index::Inode NewRecord(uint32_t mode, const Caller& caller, int64_t now);
   // A new inode's record in directory `parent` with S_ISGID takes the
   // directory's group, and a directory's record S_ISGID. Takes parent.mu.
   void InheritSetgid(InodeState& parent, index::Inode* rec);
-  // REQUIRES: ns_mu_ held. The child of (parent, name), overlay first.
-  Result<uint64_t> ResolveEntry(uint64_t parent, std::string_view name);
   // whole_file_ops.cc: resolves `path` under `dir` for `caller` (search
   // permission on every directory walked; syntax by SplitPath, fs/path.h).
   // With `want_parent`, stops before the last component: the directory
   // that holds it, and *leaf its name; otherwise the inode `path` names.
-  // REQUIRES: ns_mu_ held.
   Result<InodePin> WalkPath(uint64_t dir, std::string_view path, const Caller& caller,
-                            bool want_parent, std::string_view* leaf);
+                            bool want_parent, std::string_view* leaf) REQUIRES_SHARED(ns_.mu());
   // What rename(2) over `leaf` in `p` checks: write and search permission
   // on the directory, the sticky rule, and no directory in the way. Yields
-  // the file being replaced, or null. REQUIRES: ns_mu_ held.
-  Result<InodeRef> CheckReplace(const InodeRef& p, std::string_view leaf, const Caller& who);
+  // the file being replaced, or null.
+  Result<InodeRef> CheckReplace(const InodeRef& p, std::string_view leaf, const Caller& who)
+      REQUIRES_SHARED(ns_.mu());
 
-  // --- changes.cc. REQUIRES for Enqueue: ns_mu_ held when entry ops are
+  // --- changes.cc. REQUIRES for Enqueue: ns_.mu() held when entry ops are
   // involved, so the overlay and the queue agree on order.
   std::shared_ptr<Change> NewChange() { return std::make_shared<Change>(); }
   // Queues `c`, pinning its inodes until it is committed. Then settles the
@@ -300,7 +283,14 @@ class FileSystem::Impl {
   void Enqueue(const std::shared_ptr<Change>& c);
   // A change that captures `inode`'s live record.
   void EnqueueRecord(const InodeRef& inode);
-  void SetPendingEntry(uint64_t parent, std::string_view name, uint64_t child);  // REQUIRES: ns_mu_
+  // A builder for one name change (fs/name_change.h), stamped now, telling
+  // the eviction order; ns_.mu() stays held until it is queued.
+  NameChange NewNameChange() REQUIRES(ns_.mu()) {
+    return NameChange(table_, victims_.get(), NowNs());
+  }
+  // Queues a built name change: its entries become pending, then the
+  // committer has it.
+  void QueueNameChange(const NameChange& change) REQUIRES(ns_.mu());
   // Queues a change that captures `inode`'s data once every write in flight
   // now has completed. REQUIRES: inode->mu held.
   std::shared_ptr<Change> QueueDataChange(const InodeRef& inode, bool sync);
@@ -310,7 +300,7 @@ class FileSystem::Impl {
   void WriteOutAndQueue(const InodeRef& inode, std::unique_lock<std::mutex>& lock);
   // The files `c` made orphans (unlinked while open): once `c` is queued,
   // a file whose last handle closed meanwhile is deleted now (Release left
-  // it: its delete must queue after `c`). REQUIRES: ns_mu_ held.
+  // it: its delete must queue after `c`). REQUIRES: ns_.mu() held.
   void SettleOrphans(Change& c);
   // The last handle and the last name are gone: queues the record's delete.
   // REQUIRES: lock holds inode->mu (released); inode->orphan_queued.
@@ -425,12 +415,6 @@ class FileSystem::Impl {
   // The prefetcher's work (prefetch thread): the looked-up inodes still in
   // the table, then the readahead guesses that are files with a name.
   void PrefetchQueued(const std::vector<InodeRef>& looked_up, const std::vector<uint64_t>& guesses);
-  // Keeps an inode prefetched by the batch in the table (its cache entries
-  // are keyed by the InodeState), for the newest `max` of `list`:
-  // retained_prefetches_ (batch PREFETCH) or retained_readahead_
-  // (readahead guesses: their own, smaller list, so that a long load loop
-  // does not push out what a client asked for).
-  void RetainPrefetched(const InodeRef& inode, std::deque<InodePin>* list, size_t max);
   static constexpr size_t kRetainedPrefetches = 4096;
   // Readahead guesses kept in the table at most.
   static constexpr size_t kRetainedReadahead =
@@ -462,44 +446,26 @@ class FileSystem::Impl {
   // Per-file memory (options_.file_memory), else null.
   std::unique_ptr<FileMemoryCache> memory_;
 
-  // Lock order: ns_mu_, then an InodeState's mu, then the table's,
-  // handles', staged_mu_, retained_mu_ and the committer's. The eviction
-  // order's (victims_) is taken last, after any of them.
-  //
-  // Namespace lock: serializes namespace changes and the overlay. Lookups
-  // that change nothing it guards take it shared, so index reads of a
-  // batch's STAT entries (and of FUSE lookups) run in parallel; a waiting
-  // change goes before new lookups, and a batch's run of lookups lets it
-  // in between names (fs/namespace_lock.h).
-  NamespaceLock ns_mu_;
-  // (parent, name) keys, comparable with a (parent, string_view) so that a
-  // lookup builds no string (lookups far outnumber pending changes).
-  struct EntryKeyLess {
-    using is_transparent = void;
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      if (a.first != b.first) return a.first < b.first;
-      return std::string_view(a.second) < std::string_view(b.second);
-    }
-  };
-  std::map<std::pair<uint64_t, std::string>, PendingEntry, EntryKeyLess> pending_entries_;  // GUARDED_BY(ns_mu_)
-  // What names resolve to, committed or not (ResolveEntry); changes are put
-  // with SetPendingEntry under ns_mu_ held exclusively.
-  EntryCache entry_cache_{kEntryCacheBytes};
+  // Lock order: ns_.mu() (fs/namespace.h), then an InodeState's mu, then
+  // the table's, handles', staged_'s, the retained pins' and the
+  // committer's.
+  // The victim order's (victims_) is taken last, after any of them.
+  Namespace ns_{volume_.index(), kEntryCacheBytes};
 
   // Declared before everything that holds pins (the committer's queued
   // changes, retained prefetches): destroyed after them.
   InodeTable table_;
   HandleTable handles_;
 
-  // All InodeStates with staged chunks, for pushing out under pressure.
-  std::mutex staged_mu_;
-  std::unordered_map<uint64_t, std::weak_ptr<InodeState>> staged_inodes_;  // GUARDED_BY(staged_mu_)
+  // Inodes with staged chunks, pushed out when staging buffers run out.
+  StagedInodes staged_;
 
-  // Inodes pinned by RetainPrefetched(), oldest first.
-  std::mutex retained_mu_;
-  std::deque<InodePin> retained_prefetches_;  // GUARDED_BY(retained_mu_)
-  std::deque<InodePin> retained_readahead_;   // GUARDED_BY(retained_mu_)
+  // Inodes the cache loaded without a kernel lookup, kept in the table:
+  // what a batch PREFETCH asked for, and readahead guesses in a smaller
+  // list of their own, so that a long load loop does not push out what a
+  // client asked for.
+  RetainedPins retained_prefetches_{kRetainedPrefetches};
+  RetainedPins retained_readahead_{kRetainedReadahead};
 
   std::unique_ptr<Committer> committer_;
   // Holds pins (table_) and queues changes (committer_): stopped and

@@ -82,7 +82,7 @@ struct InodeState {
   bool is_dir() const { return (rec.mode & S_IFMT) == S_IFDIR; }
   bool is_reg() const { return (rec.mode & S_IFMT) == S_IFREG; }
 
-  // Lock order: FileSystem::Impl::ns_mu_ before mu; mu before the
+  // Lock order: the namespace lock (fs/namespace.h) before mu; mu before the
   // inode table's and the committer's locks. Never held while waiting for I/O, except the
   // read-modify-write of a partly overwritten chunk (rare).
   std::mutex mu;

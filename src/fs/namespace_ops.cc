@@ -1,5 +1,5 @@
 // Namespace operations: lookup, attributes, mkdir/rmdir, unlink, rename,
-// directory listings. Each change is applied to the live state under ns_mu_
+// directory listings. Each change is applied to the live state under ns_.mu()
 // and queued for the index in the same order.
 #include <linux/fs.h>
 #include <spdlog/spdlog.h>
@@ -14,33 +14,11 @@
 
 namespace kvfs::fs {
 
-Result<uint64_t> FileSystem::Impl::ResolveEntry(uint64_t parent, std::string_view name) {
-  auto it = pending_entries_.find(std::pair<uint64_t, std::string_view>(parent, name));
-  if (it != pending_entries_.end()) {
-    if (it->second.child == 0) return Status::Error(ENOENT, std::string(name));
-    return it->second.child;
-  }
-  if (std::optional<uint64_t> hit = entry_cache_.Get(parent, name)) {
-    // No formatted message: a stat storm's common answer (as the index's).
-    if (*hit == 0) return Status::Error(ENOENT, "no such entry");
-    return *hit;
-  }
-  // ns_mu_ is held (shared at least): no change comes between this read
-  // and the Put.
-  Result<uint64_t> r = volume_.index().LookupEntry(parent, name);
-  if (r.ok()) {
-    entry_cache_.Put(parent, name, *r);
-  } else if (r.status().code() == ENOENT) {
-    entry_cache_.Put(parent, name, 0);
-  }
-  return r;
-}
-
 Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
   InodeRef child;
   {
-    std::shared_lock<NamespaceLock> ns(ns_mu_);  // changes nothing ns_mu_ guards
+    NamespaceReadLock ns(ns_.mu());  // changes nothing ns_.mu() guards
     KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
     uint64_t ino;
     if (name == ".") {
@@ -59,7 +37,7 @@ Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
       std::lock_guard<std::mutex> l(p->mu);
       ino = p->rec.parent ? p->rec.parent : kRootIno;
     } else {
-      KVFS_ASSIGN_OR_RETURN(ino, ResolveEntry(parent, name));
+      KVFS_ASSIGN_OR_RETURN(ino, ns_.Resolve(parent, name));
     }
     // The kernel's lookup count goes on the state the table holds (other
     // walkers and the prefetch thread unpin and unload concurrently).
@@ -79,7 +57,7 @@ Attr FileSystem::Impl::AttrAndPrefetch(const InodeRef& inode, bool only_idle) {
     prefetch = prefetch && inode->is_reg() && !inode->deleted && !inode->orphan;
     if (prefetch && only_idle) {
       prefetch = inode->inflight_writes == 0 && !inode->data_change_queued &&
-                 table_.opens(*inode) == 0;  // under mu: see DropLink
+                 table_.opens(*inode) == 0;  // under mu: see NameChange::DropName
     }
   }
   // Connectors check which keys exist before they load them: start reading.
@@ -113,8 +91,8 @@ Result<Attr> FileSystem::Impl::PeekEntry(uint64_t parent, std::string_view name)
   if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
   InodeRef child;
   {
-    std::shared_lock<NamespaceLock> ns(ns_mu_);  // changes nothing ns_mu_ guards
-    KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
+    NamespaceReadLock ns(ns_.mu());  // changes nothing ns_.mu() guards
+    KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(parent, name));
     KVFS_ASSIGN_OR_RETURN(child, table_.Get(ino));
   }
   std::lock_guard<std::mutex> l(child->mu);
@@ -164,7 +142,7 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
                                      const Caller& caller) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   if (IsDotName(name)) return Status::Error(EEXIST, "mkdir");
-  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  NamespaceWriteLock ns(ns_.mu());
   KVFS_ASSIGN_OR_RETURN(InodeRef dir, AddChild(parent, name, S_IFDIR | (mode & 07777), caller));
   std::lock_guard<std::mutex> l(dir->mu);
   return ToAttr(dir->rec);
@@ -197,30 +175,23 @@ Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view na
                                             uint32_t mode, const Caller& caller) {
   KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "create in a non-directory");
-  auto existing = ResolveEntry(parent, name);
+  auto existing = ns_.Resolve(parent, name);
   if (existing.ok()) return Status::Error(EEXIST, "name exists");
   if (existing.status().code() != ENOENT) return existing.status();
+  {
+    // Stays so: rmdir takes ns_.mu(), held here.
+    std::lock_guard<std::mutex> l(p->mu);
+    if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
+  }
   const bool is_dir = (mode & S_IFMT) == S_IFDIR;
-  const int64_t now = NowNs();
-  index::Inode rec = NewRecord(mode, caller, now);
+  NameChange change = NewNameChange();
+  index::Inode rec = NewRecord(mode, caller, change.now_ns());
   if (is_dir) rec.parent = parent;
   InheritSetgid(*p, &rec);
   InodeRef child = table_.Make(rec);
-  {
-    std::lock_guard<std::mutex> l(p->mu);
-    if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
-    p->rec.size++;
-    if (is_dir) p->rec.nlink++;  // the child's ".."
-    p->rec.mtime_ns = p->rec.ctime_ns = now;
-  }
   table_.Insert(child, /*lookups=*/1, /*opens=*/is_dir ? 0 : 1);  // create(2) returns it open
-  if (!is_dir) name_observer().Named(rec.ino, parent, name, now);
-  auto c = NewChange();
-  c->entry_ops.push_back({parent, std::string(name), rec.ino});
-  c->inodes = {child, p};
-  c->deltas.push_back({p, +1, is_dir ? +1 : 0});
-  SetPendingEntry(parent, name, rec.ino);
-  Enqueue(c);
+  change.Link(p, name, child);
+  QueueNameChange(change);
   return child;
 }
 
@@ -228,57 +199,25 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
   if (name == ".") return Status::Error(EINVAL, "rmdir .");
   if (name == "..") return Status::Error(ENOTEMPTY, "rmdir ..");
   KVFS_RETURN_IF_ERROR(CheckName(name));
-  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  NamespaceWriteLock ns(ns_.mu());
   KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "rmdir");
-  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
+  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(parent, name));
   KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
-  const int64_t now = NowNs();
   {
     std::lock_guard<std::mutex> l(d->mu);
     if (!d->is_dir()) return Status::Error(ENOTDIR, "rmdir");
+    // Stays so: entries change only under ns_.mu(), held here.
     if (d->rec.size > 0) return Status::Error(ENOTEMPTY, "rmdir");
-    d->rec.nlink = 0;
-    d->deleted = true;
   }
-  {
-    std::lock_guard<std::mutex> l(p->mu);
-    p->rec.size--;
-    p->rec.nlink--;
-    p->rec.mtime_ns = p->rec.ctime_ns = now;
-  }
-  auto c = NewChange();
-  c->entry_ops.push_back({parent, std::string(name), 0});
-  c->inodes = {p};
-  c->deletes = {d};
-  c->deltas.push_back({p, -1, -1});
-  SetPendingEntry(parent, name, 0);
-  Enqueue(c);
+  NameChange change = NewNameChange();
+  change.Unlink(p, name, d);
+  QueueNameChange(change);
   return Status::OK();
 }
 
-void DropLink(InodeState& v, const InodeRef& ref, Change& c, const InodeTable& table, int64_t now) {
-  std::lock_guard<std::mutex> l(v.mu);
-  // Decided under v.mu, where Open() checks `deleted` and counts itself: an
-  // open racing this either counts first (the file becomes an orphan) or
-  // sees it deleted (ESTALE), never a handle on a file whose data is freed.
-  const bool open = !v.is_dir() && table.opens(v) > 0;
-  c.deltas.push_back({ref, 0, -static_cast<int32_t>(v.rec.nlink)});
-  v.rec.nlink = 0;
-  v.rec.ctime_ns = now;
-  if (open) {
-    v.orphan = true;
-    v.orphan_queued = false;  // until Enqueue(c) settles it
-    c.inodes.push_back(ref);
-    c.orphan_puts.push_back(v.rec.ino);
-  } else {
-    v.deleted = true;
-    c.deletes.push_back(ref);
-  }
-}
-
 Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name) {
-  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  NamespaceWriteLock ns(ns_.mu());
   return UnlinkLocked(parent, name);
 }
 
@@ -286,23 +225,12 @@ Status FileSystem::Impl::UnlinkLocked(uint64_t parent, std::string_view name) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "unlink");
-  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(parent, name));
+  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(parent, name));
   KVFS_ASSIGN_OR_RETURN(InodeRef v, table_.Get(ino));
   if (v->is_dir()) return Status::Error(EISDIR, "unlink");
-  const int64_t now = NowNs();
-  auto c = NewChange();
-  c->entry_ops.push_back({parent, std::string(name), 0});
-  DropLink(*v, v, *c, table_, now);
-  name_observer().Unnamed(ino);
-  {
-    std::lock_guard<std::mutex> l(p->mu);
-    p->rec.size--;
-    p->rec.mtime_ns = p->rec.ctime_ns = now;
-  }
-  c->inodes.push_back(p);
-  c->deltas.push_back({p, -1, 0});
-  SetPendingEntry(parent, name, 0);
-  Enqueue(c);
+  NameChange change = NewNameChange();
+  change.Unlink(p, name, v);
+  QueueNameChange(change);
   return Status::OK();
 }
 
@@ -314,14 +242,14 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   KVFS_RETURN_IF_ERROR(CheckName(name));
   KVFS_RETURN_IF_ERROR(CheckName(new_name));
   if (IsDotName(name) || IsDotName(new_name)) return Status::Error(EINVAL, "rename . or ..");
-  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  NamespaceWriteLock ns(ns_.mu());
   KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   KVFS_ASSIGN_OR_RETURN(InodeRef np, table_.Get(new_parent));
   if (!p->is_dir() || !np->is_dir()) return Status::Error(ENOTDIR, "rename");
-  KVFS_ASSIGN_OR_RETURN(uint64_t src, ResolveEntry(parent, name));
+  KVFS_ASSIGN_OR_RETURN(uint64_t src, ns_.Resolve(parent, name));
   KVFS_ASSIGN_OR_RETURN(InodeRef x, table_.Get(src));
   InodeRef y;
-  auto dst = ResolveEntry(new_parent, new_name);
+  auto dst = ns_.Resolve(new_parent, new_name);
   if (dst.ok()) {
     if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, "rename");
     if (*dst == src) return Status::OK();  // same file: nothing to do
@@ -346,45 +274,14 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
     }
   }
 
-  const int64_t now = NowNs();
   // The new name must not become visible before the data written so far.
   if (x->is_reg()) {
     std::unique_lock<std::mutex> l(x->mu);
     WriteOutAndQueue(x, l);
   }
-  auto c = NewChange();
-  c->entry_ops.push_back({parent, std::string(name), 0});
-  c->entry_ops.push_back({new_parent, std::string(new_name), src});
-  if (y) DropLink(*y, y, *c, table_, now);
-  if (y) name_observer().Unnamed(y->ino);
-  if (x->is_reg()) name_observer().Renamed(src, new_parent, new_name);
-  {
-    std::lock_guard<std::mutex> l(x->mu);
-    x->rec.ctime_ns = now;
-    if (x->is_dir()) x->rec.parent = new_parent;
-  }
-  {
-    std::lock_guard<std::mutex> l(p->mu);
-    p->rec.size--;
-    if (x->is_dir() && parent != new_parent) p->rec.nlink--;
-    p->rec.mtime_ns = p->rec.ctime_ns = now;
-  }
-  {
-    std::lock_guard<std::mutex> l(np->mu);
-    if (!y) np->rec.size++;
-    if (x->is_dir() && parent != new_parent) np->rec.nlink++;
-    if (y && y->is_dir()) np->rec.nlink--;
-    np->rec.mtime_ns = np->rec.ctime_ns = now;
-  }
-  const bool moved_dir = x->is_dir() && parent != new_parent;
-  c->deltas.push_back({p, -1, moved_dir ? -1 : 0});
-  c->deltas.push_back({np, y ? 0 : +1, (moved_dir ? 1 : 0) - (y && y->is_dir() ? 1 : 0)});
-  c->inodes.push_back(x);
-  c->inodes.push_back(p);
-  if (np != p) c->inodes.push_back(np);
-  SetPendingEntry(parent, name, 0);
-  SetPendingEntry(new_parent, new_name, src);
-  Enqueue(c);
+  NameChange change = NewNameChange();
+  change.Move(p, name, np, new_name, x, y);
+  QueueNameChange(change);
   return Status::OK();
 }
 
@@ -405,7 +302,7 @@ Status FileSystem::Impl::ListDir(DirHandle* dh) {
   const uint64_t ino = dh->ino;
   std::vector<DirHandle::Item> items;
   {
-    std::shared_lock<NamespaceLock> ns(ns_mu_);  // reads only
+    NamespaceReadLock ns(ns_.mu());  // reads only
     KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
     uint64_t parent;
     {
@@ -420,24 +317,11 @@ Status FileSystem::Impl::ListDir(DirHandle* dh) {
       parent = d->rec.parent ? d->rec.parent : kRootIno;
       NoteUse(d, NowNs());  // the listing reads the directory
     }
-    // Names changed but not yet committed override the index's listing.
-    std::map<std::string, uint64_t, std::less<>> overlay;
-    auto lo = pending_entries_.lower_bound(std::make_pair(ino, std::string()));
-    for (auto it = lo; it != pending_entries_.end() && it->first.first == ino; ++it) {
-      overlay.emplace(it->first.second, it->second.child);
-    }
     items.push_back({".", ino, S_IFDIR});
     items.push_back({"..", parent, S_IFDIR});
-    KVFS_RETURN_IF_ERROR(volume_.index().ListEntries(
-        ino, "", [&](std::string_view name, uint64_t child) {
-          if (overlay.find(name) == overlay.end()) items.push_back({std::string(name), child, 0});
-          return true;
-        }));
-    for (auto& [name, child] : overlay) {
-      if (child) items.push_back({name, child, 0});
-    }
-    std::sort(items.begin() + 2, items.end(),
-              [](const DirHandle::Item& a, const DirHandle::Item& b) { return a.name < b.name; });
+    std::vector<Namespace::Entry> names;
+    KVFS_RETURN_IF_ERROR(ns_.List(ino, &names));
+    for (Namespace::Entry& e : names) items.push_back({std::move(e.name), e.child, 0});
   }
   dh->items = std::move(items);
   return Status::OK();

@@ -35,7 +35,7 @@ void Recency::Touch(uint64_t ino, int64_t now_ns) {
   if (it != nodes_.end()) it->second.stamp->Use(now_ns);
 }
 
-void Recency::Renamed(uint64_t ino, uint64_t parent, std::string_view name) {
+void Recency::Moved(uint64_t ino, uint64_t parent, std::string_view name) {
   MutexLock l(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;

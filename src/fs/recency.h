@@ -46,7 +46,7 @@ class Recency final : public VictimOrder {
   // NameObserver. Named: tracked from now, used at `now_ns` (if tracked
   // already: the new name, and a use at `now_ns`).
   void Named(uint64_t ino, uint64_t parent, std::string_view name, int64_t now_ns) override;
-  void Renamed(uint64_t ino, uint64_t parent, std::string_view name) override;
+  void Moved(uint64_t ino, uint64_t parent, std::string_view name) override;
   void Unnamed(uint64_t ino) override;
   // VictimOrder: Next() is least recently used first.
   std::shared_ptr<UseStamp> StampOf(uint64_t ino) override;

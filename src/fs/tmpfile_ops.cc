@@ -26,7 +26,7 @@ Result<FileSystem::Created> FileSystem::Impl::CreateUnnamed(uint64_t parent, uin
   }
   InodeRef file;
   {
-    std::lock_guard<NamespaceLock> ns(ns_mu_);  // SettleOrphans (in Enqueue) requires it
+    NamespaceWriteLock ns(ns_.mu());  // SettleOrphans (in Enqueue) requires it
     KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
     if (!p->is_dir()) return Status::Error(ENOTDIR, "O_TMPFILE in a non-directory");
     {
@@ -60,65 +60,38 @@ Result<Attr> FileSystem::Impl::Link(uint64_t ino, uint64_t new_parent,
                                     std::string_view new_name) {
   KVFS_RETURN_IF_ERROR(CheckName(new_name));
   if (IsDotName(new_name)) return Status::Error(EEXIST, "link");
-  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  NamespaceWriteLock ns(ns_.mu());
   KVFS_ASSIGN_OR_RETURN(InodeRef x, table_.Get(ino));
-  auto unnamed = [&]() -> Status {  // REQUIRES: x->mu held
-    if (x->linkable && x->orphan && !x->deleted) return Status::OK();
-    // The unnamed file's last handle went (the kernel links only a file
-    // that is open): as link(2) of a file whose count dropped to 0.
-    if (x->linkable) return Status::Error(ENOENT, "link: the unnamed file was closed");
-    // EPERM is link(2)'s "the filesystem does not support hard links".
-    return Status::Error(EPERM, "link: hard links are not supported (only the one link that "
-                                "names an O_TMPFILE file)");
-  };
   {
     std::lock_guard<std::mutex> l(x->mu);
-    KVFS_RETURN_IF_ERROR(unnamed());
+    KVFS_RETURN_IF_ERROR(Linkable(*x));
   }
   KVFS_ASSIGN_OR_RETURN(InodeRef np, table_.Get(new_parent));
   if (!np->is_dir()) return Status::Error(ENOTDIR, "link into a non-directory");
-  auto existing = ResolveEntry(new_parent, new_name);
+  auto existing = ns_.Resolve(new_parent, new_name);
   if (existing.ok()) return Status::Error(EEXIST, "link: name exists");
   if (existing.status().code() != ENOENT) return existing.status();
   {
-    // Stays so: rmdir takes ns_mu_, held here.
+    // Stays so: rmdir takes ns_.mu(), held here.
     std::lock_guard<std::mutex> l(np->mu);
     if (np->deleted) return Status::Error(ENOENT, "link into a removed directory");
   }
-
-  const int64_t now = NowNs();
-  auto c = NewChange();
-  Attr a;
   {
-    std::unique_lock<std::mutex> l(x->mu);
     // The name must not reach the index before the data written so far:
     // a data change gated on the writes in flight goes first (as rename).
+    std::unique_lock<std::mutex> l(x->mu);
     WriteOutAndQueue(x, l);
-    if (!l.owns_lock()) l.lock();
-    // Checked again under x->mu, where Release() decides to delete it: a
-    // last close racing this either comes first (ENOENT) or finds a file
-    // with a name (kept).
-    KVFS_RETURN_IF_ERROR(unnamed());
-    x->linkable = false;
-    x->orphan = false;
-    x->rec.nlink = 1;
-    x->rec.ctime_ns = now;
+  }
+  NameChange change = NewNameChange();
+  // Linkable() is checked again there, under x->mu.
+  KVFS_RETURN_IF_ERROR(change.LinkUnnamed(np, new_name, x));
+  QueueNameChange(change);
+  Attr a;
+  {
+    std::lock_guard<std::mutex> l(x->mu);
     a = ToAttr(x->rec);
     ServedAttr(x, &a);
   }
-  {
-    std::lock_guard<std::mutex> l(np->mu);
-    np->rec.size++;
-    np->rec.mtime_ns = np->rec.ctime_ns = now;
-  }
-  name_observer().Named(ino, new_parent, new_name, now);
-  c->entry_ops.push_back({new_parent, std::string(new_name), ino});
-  c->inodes = {x, np};
-  c->deltas.push_back({np, +1, 0});
-  c->deltas.push_back({x, 0, +1});
-  c->orphan_deletes.push_back(ino);
-  SetPendingEntry(new_parent, new_name, ino);
-  Enqueue(c);
   // The kernel counts the entry of the reply as a lookup of the inode, which
   // is in the table (its handle and the change above hold it).
   KVFS_RETURN_IF_ERROR(table_.GetLookedUp(ino).status());

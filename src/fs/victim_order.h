@@ -1,7 +1,7 @@
 // VictimOrder: the order in which eviction (fs/eviction.h) picks the files
-// it unlinks. It follows names (a NameObserver: only named regular files
-// are candidates) and uses; the rules of what may go now are not its
-// business (fs/eviction_rules.h). The one implementation today is Recency
+// it unlinks. It follows names (a NameObserver, told by NameChange: only
+// named regular files are candidates) and uses; the rules of what may go
+// now are not its business (fs/eviction_rules.h). The one implementation today is Recency
 // (fs/recency.h), exact least recently used first.
 //
 // Uses reach it two ways: through a UseStamp it hands out per file, which

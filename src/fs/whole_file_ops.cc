@@ -39,7 +39,7 @@ Result<InodePin> FileSystem::Impl::WalkPath(uint64_t dir, std::string_view path,
       if (leaf) *leaf = parts.back();
       return cur;
     }
-    KVFS_ASSIGN_OR_RETURN(uint64_t child, ResolveEntry(cur->ino, parts[k]));
+    KVFS_ASSIGN_OR_RETURN(uint64_t child, ns_.Resolve(cur->ino, parts[k]));
     KVFS_ASSIGN_OR_RETURN(InodePin next, table_.GetPinned(child));
     cur = std::move(next);
   }
@@ -49,7 +49,7 @@ Result<Attr> FileSystem::Impl::LookupPath(uint64_t dir, std::string_view path,
                                           const Caller& caller) {
   // No lookup-driven prefetch here: a batch that asks STAT and then READs
   // reads straight into its own memory, and a cache copy would only cost.
-  std::shared_lock<NamespaceLock> ns(ns_mu_);  // a walk changes nothing ns_mu_ guards
+  NamespaceReadLock ns(ns_.mu());  // a walk changes nothing ns_.mu() guards
   KVFS_ASSIGN_OR_RETURN(InodePin i, WalkPath(dir, path, caller, false, nullptr));
   std::lock_guard<std::mutex> l(i->mu);
   UsedForEviction(*i, NowNs());  // the batch's STAT
@@ -62,7 +62,7 @@ void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_vie
   // for one name can serve the next. A namespace change that comes waits
   // for one name at most: the run lets it in between two names (and walks
   // again after it).
-  std::shared_lock<NamespaceLock> ns(ns_mu_);
+  NamespaceReadLock ns(ns_.mu());
   // The directory the previous name was in (walked, searchable by the
   // caller, pinned) and the path that led there: names in one directory
   // are looked up without walking again.
@@ -72,10 +72,10 @@ void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_vie
   std::string_view parent_path;
   thread_local std::vector<std::string_view> parts;
   for (size_t i = 0; i < paths.size(); ++i) {
-    if (i > 0 && ns_mu_.change_waiting()) {
+    if (i > 0 && ns_.mu().change_waiting()) {
       parent.Reset();  // the change may move or remove it
-      ns.unlock();
-      ns.lock();  // after the waiting change: the lock prefers writers
+      ns.Unlock();
+      ns.Lock();  // after the waiting change: the lock prefers writers
     }
     const std::string_view path = paths[i];
     const size_t slash = path.rfind('/');
@@ -99,7 +99,7 @@ void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_vie
       }
     }
     if (st.ok()) {
-      Result<uint64_t> found = ResolveEntry(parent->ino, leaf);
+      Result<uint64_t> found = ns_.Resolve(parent->ino, leaf);
       st = found.status();
       if (found.ok() && victims_) victims_->Touch(*found, NowNs());  // the batch's EXISTS
     }
@@ -110,10 +110,10 @@ void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_vie
 // ------------------------------------------------------------ delete, prefetch
 
 Status FileSystem::Impl::DeleteFile(uint64_t dir, std::string_view path, const Caller& caller) {
-  std::lock_guard<NamespaceLock> ns(ns_mu_);
+  NamespaceWriteLock ns(ns_.mu());
   std::string_view leaf;
   KVFS_ASSIGN_OR_RETURN(InodePin p, WalkPath(dir, path, caller, true, &leaf));
-  // Checked and done under one ns_mu_ hold: the entry checked is the one
+  // Checked and done under one ns_.mu() hold: the entry checked is the one
   // unlinked.
   uint32_t dir_mode, dir_uid, dir_gid;
   {
@@ -122,7 +122,7 @@ Status FileSystem::Impl::DeleteFile(uint64_t dir, std::string_view path, const C
     dir_uid = p->rec.uid;
     dir_gid = p->rec.gid;
   }
-  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ResolveEntry(p->ino, leaf));
+  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(p->ino, leaf));
   KVFS_RETURN_IF_ERROR(CheckAccess(dir_mode, dir_uid, dir_gid, caller, kMayWrite | kMayExec));
   KVFS_ASSIGN_OR_RETURN(InodeRef v, table_.Get(ino));
   uint32_t victim_uid;
@@ -138,7 +138,7 @@ Result<uint64_t> FileSystem::Impl::PrefetchFile(uint64_t dir, std::string_view p
                                                 const Caller& caller) {
   InodePin i;
   {
-    std::shared_lock<NamespaceLock> ns(ns_mu_);
+    NamespaceReadLock ns(ns_.mu());
     KVFS_ASSIGN_OR_RETURN(i, WalkPath(dir, path, caller, false, nullptr));
   }
   uint64_t started;
@@ -148,7 +148,7 @@ Result<uint64_t> FileSystem::Impl::PrefetchFile(uint64_t dir, std::string_view p
     KVFS_RETURN_IF_ERROR(CheckAccess(i->rec.mode, i->rec.uid, i->rec.gid, caller, kMayRead));
     started = PrefetchLocked(i.ref());
   }
-  if (started > 0) RetainPrefetched(i.ref(), &retained_prefetches_, kRetainedPrefetches);
+  if (started > 0) retained_prefetches_.Retain(table_.Pin(i.ref()));
   return started;
 }
 
@@ -159,7 +159,7 @@ void FileSystem::Impl::ReadFile(uint64_t dir, std::string_view path, uint64_t of
                                 std::function<void(Result<size_t>)> done, int attempts) {
   InodePin i;
   {
-    std::shared_lock<NamespaceLock> ns(ns_mu_);
+    NamespaceReadLock ns(ns_.mu());
     Result<InodePin> walked = WalkPath(dir, path, caller, false, nullptr);
     if (!walked.ok()) return done(walked.status());
     i = std::move(walked).value();

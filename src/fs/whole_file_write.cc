@@ -93,7 +93,7 @@ Result<InodeRef> FileSystem::Impl::CheckReplace(const InodeRef& p, std::string_v
     dir_mode = p->rec.mode;
     dir_uid = p->rec.uid;
   }
-  auto e = ResolveEntry(p->ino, leaf);
+  auto e = ns_.Resolve(p->ino, leaf);
   if (!e.ok()) {
     if (e.status().code() == ENOENT) return InodeRef();
     return e.status();
@@ -182,7 +182,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
   ws->size = data.size();
   ws->done = std::move(done);
   {
-    std::shared_lock<NamespaceLock> ns(ns_mu_);  // checks only; FinishWriteFile checks again
+    NamespaceReadLock ns(ns_.mu());  // checks only; FinishWriteFile checks again
     std::string_view name;
     Result<InodePin> p = WalkPath(dir, path, caller, true, &name);
     if (!p.ok()) return ws->done(p.status());
@@ -251,15 +251,15 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
     ws->plan[sp.ci].crcs[sp.ext] = Crc32cExtend(sp.head_crc, sp.tail, sp.tail_len);
   }
   if (st.ok()) {
-    std::lock_guard<NamespaceLock> ns(ns_mu_);
+    NamespaceWriteLock ns(ns_.mu());
     // Checked again: the namespace may have changed while data was written.
     const InodeRef& p = ws->parent.ref();
     Result<InodeRef> y = CheckReplace(p, ws->leaf, ws->caller);
     if (!y.ok()) {
       st = y.status();
     } else {
-      const int64_t now = NowNs();
-      index::Inode rec = NewRecord(S_IFREG | 0644, ws->caller, now);
+      NameChange change = NewNameChange();
+      index::Inode rec = NewRecord(S_IFREG | 0644, ws->caller, change.now_ns());
       InheritSetgid(*p, &rec);
       rec.size = ws->size;
       InodeRef file = table_.Make(rec);
@@ -269,21 +269,9 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
         cs.installed_seq = ++file->chunk_seq;
       }
       table_.Insert(file, /*lookups=*/0, /*opens=*/0);
-      auto c = NewChange();
-      c->entry_ops.push_back({p->ino, ws->leaf, rec.ino});
-      c->inodes = {file, p};
-      const InodeRef& old = *y;
-      if (old) DropLink(*old, old, *c, table_, now);  // its readers keep it (rename-over)
-      if (old) name_observer().Unnamed(old->ino);
-      name_observer().Named(rec.ino, p->ino, ws->leaf, now);
-      {
-        std::lock_guard<std::mutex> l(p->mu);
-        if (!old) p->rec.size++;
-        p->rec.mtime_ns = p->rec.ctime_ns = now;
-      }
-      c->deltas.push_back({p, old ? 0 : +1, 0});
-      SetPendingEntry(p->ino, ws->leaf, rec.ino);
-      Enqueue(c);
+      // The replaced file's readers keep it (as rename-over).
+      change.Replace(p, ws->leaf, file, *y);
+      QueueNameChange(change);
     }
   }
   if (!st.ok()) ws->FreePlan(*this);

@@ -45,15 +45,7 @@ device::PoolBuffer FileSystem::Impl::AcquireBuffer() {
   if (b) return b;
   // Every slot is staged or in flight: push staged chunks out so that
   // slots come back as their writes complete.
-  std::vector<InodeRef> staged;
-  {
-    std::lock_guard<std::mutex> l(staged_mu_);
-    for (auto it = staged_inodes_.begin(); it != staged_inodes_.end();) {
-      if (auto i = it->second.lock()) staged.push_back(std::move(i));
-      it = staged_inodes_.erase(it);
-    }
-  }
-  for (auto& i : staged) {
+  for (const InodeRef& i : staged_.Take()) {
     std::lock_guard<std::mutex> l(i->mu);
     SubmitAllStaged(i);
   }
@@ -196,8 +188,7 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
   }
   ChunkState& cs = inode->chunks[ci];
   cs.staged = std::move(cb);
-  std::lock_guard<std::mutex> l(staged_mu_);
-  staged_inodes_[inode->rec.ino] = inode;
+  staged_.Add(inode);
   return Status::OK();
 }
 

@@ -132,6 +132,8 @@ void Init(void* userdata, fuse_conn_info* conn) {
                conn->max_background);
 }
 
+}  // namespace
+
 fuse_lowlevel_ops Operations() {
   fuse_lowlevel_ops op;
   std::memset(&op, 0, sizeof(op));
@@ -169,8 +171,6 @@ fuse_lowlevel_ops Operations() {
   op.removexattr = ops::RemoveXattr;
   return op;
 }
-
-}  // namespace
 
 void BlockTerminationSignals() {
   sigset_t set = TerminationSignals();

@@ -66,6 +66,10 @@ inline constexpr unsigned kMaxRequestBytes = 1u << 20;
 // it creates afterwards).
 void BlockTerminationSignals();
 
+// The handlers kvfs registers with libfuse (fuse/ops.h, and INIT's
+// negotiation); the requests they serve are fuse/opcodes.h's rows.
+fuse_lowlevel_ops Operations();
+
 class Mount {
  public:
   // Creates the session over `args` (libfuse options; argv[0] is the

@@ -30,17 +30,6 @@ ssize_t WritevHook(int fd, iovec* iov, int count, void* userdata) {
 
 }  // namespace
 
-bool ParsePassthroughMode(const std::string& name, PassthroughMode* out) {
-  if (name == "auto" || name == "on") {
-    *out = PassthroughMode::kAuto;
-  } else if (name == "off") {
-    *out = PassthroughMode::kOff;
-  } else {
-    return false;
-  }
-  return true;
-}
-
 Passthrough::Passthrough(PassthroughMode mode) : mode_(mode) {
   if (mode_ == PassthroughMode::kOff) {
     why_off_ = "passthrough=off";

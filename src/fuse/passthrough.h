@@ -31,8 +31,6 @@ class FileMemory;
 namespace kvfs::fuse {
 
 enum class PassthroughMode { kAuto, kOff };
-// "auto", "off" (also "on" = auto).
-bool ParsePassthroughMode(const std::string& name, PassthroughMode* out);
 
 class Passthrough {
  public:

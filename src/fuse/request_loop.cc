@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fuse/op_counters.h"
+#include "fuse/opcodes.h"
 #include "fuse/tmpfile.h"
 #include "kvfs/ioctl.h"
 
@@ -52,69 +53,48 @@ bool IsInit(const fuse_buf& buf) {
 
 }  // namespace
 
-// Requests the receiver runs itself: their handlers never wait for the
-// device or for memory (fs/ replies to reads and fsyncs from completions;
-// flush and release only queue work; a write is checked first) and copy
-// at most 1 MiB. Anything else goes to a worker.
+// Where a request runs: fuse/opcodes.h, the rules of its fs/ call
+// (fs/calls.h), and two copy limits of the transport's own.
 bool RequestLoop::RunsInReceiver(const fuse_buf& buf, bool backlog) const {
   if (buf.size < sizeof(fuse_in_header)) return true;  // libfuse rejects it
   const auto* in = static_cast<const fuse_in_header*>(buf.mem);
-  switch (in->opcode) {
-    case FUSE_READ: {
-      const auto* read = BodyOf<fuse_read_in>(buf);
-      return read == nullptr || read->size <= kMaxReceiverRead;
-    }
-    case FUSE_WRITE: {
-      // Most writes find staging memory free and only copy: answering them
-      // here spares a serial store loop a hand-off per 1 MiB (3-29%). When
-      // other requests were already waiting, workers copy in parallel.
-      if (backlog) return false;
-      const auto* write = BodyOf<fuse_write_in>(buf);
-      return write == nullptr || !write_may_wait_(in->pid, in->nodeid, write->fh, write->offset,
-                                                     write->size);
-    }
-    case FUSE_FLUSH:
-    case FUSE_RELEASE:
-    case FUSE_FSYNC: {
-      // Only queue work, unless the handle is a writer the kernel served
-      // from file memory: then they write its bytes out (fs::OpenServed).
-      // fuse_flush_in, fuse_release_in and fuse_fsync_in start with fh.
-      const auto* fh = BodyOf<uint64_t>(buf);
-      return fh == nullptr || !write_may_wait_(in->pid, in->nodeid, *fh, 0, 0);
-    }
-    case FUSE_IOCTL: {
-      // kvfs's own commands go to a worker: REGISTER opens the caller's
-      // file through /proc, and that file may be on this very mount (whose
-      // OPEN the receiver must be free to read). Anything else (TCGETS from
-      // every Python open()) gets ENOTTY at once.
+  const OpcodeRule* rule = OpcodeRuleOf(in->opcode);
+  if (rule == nullptr) return false;
+  switch (rule->admit) {
+    case Admit::kAtOnce:
+      return true;
+    case Admit::kIoctl: {
       const auto* ioctl = BodyOf<fuse_ioctl_in>(buf);
       return ioctl == nullptr || _IOC_TYPE(ioctl->cmd) != KVFS_IOC_MAGIC;
     }
-    case FUSE_LOOKUP:
-    case FUSE_FORGET:
-    case FUSE_BATCH_FORGET:
-    case FUSE_GETATTR:
-    case FUSE_OPEN:
-    case FUSE_OPENDIR:
-    case FUSE_RELEASEDIR:
-    case FUSE_CREATE:
-    case FUSE_MKDIR:
-    case FUSE_UNLINK:
-    case FUSE_RMDIR:
-    case FUSE_RENAME:
-    case FUSE_RENAME2:
-    case FUSE_LINK:
-    case FUSE_STATFS:
-    case FUSE_ACCESS:
-    case FUSE_GETXATTR:
-    case FUSE_LISTXATTR:
-    case FUSE_INTERRUPT:
-    case FUSE_INIT:
-    case FUSE_DESTROY:
-      return true;
-    default:
-      return false;
+    case Admit::kByCall:
+      break;
   }
+  switch (fs::RulesOf(*rule->call).wait) {
+    case fs::Wait::kMay:
+      return false;
+    case fs::Wait::kNever:
+      if (in->opcode == FUSE_READ) {
+        const auto* read = BodyOf<fuse_read_in>(buf);
+        return read == nullptr || read->size <= kMaxReceiverRead;
+      }
+      return true;
+    case fs::Wait::kAsk:
+      break;
+  }
+  if (in->opcode == FUSE_WRITE) {
+    // Most writes find staging memory free and only copy: answering them
+    // here spares a serial store loop a hand-off per 1 MiB (3-29%). When
+    // other requests were already waiting, workers copy in parallel.
+    if (backlog) return false;
+    const auto* write = BodyOf<fuse_write_in>(buf);
+    return write == nullptr ||
+           !write_may_wait_(in->pid, in->nodeid, write->fh, write->offset, write->size);
+  }
+  // FLUSH, RELEASE, FSYNC: fuse_flush_in, fuse_release_in and
+  // fuse_fsync_in start with the handle.
+  const auto* fh = BodyOf<uint64_t>(buf);
+  return fh == nullptr || !write_may_wait_(in->pid, in->nodeid, *fh, 0, 0);
 }
 
 RequestLoop::RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin,

@@ -9,13 +9,11 @@
 // Here one receiver thread reads requests. After each one it keeps polling
 // the device (non-blocking reads) for `spin` before it sleeps in poll(2),
 // so the next request of a serial loop is picked up without a wake-up. It
-// runs the requests that never wait itself (lookups, getattr, open, reads
-// up to 256 KiB, create, rename, unlink, release, ioctl: fs/ queues their
-// device work and replies from the completion; writes that find staging
-// memory free), and hands the rest (writes that may wait for staging
-// memory or a device read; setattr; fsyncdir; readdir; setxattr;
-// fallocate) to a pool of up to `max_workers` threads, started as they are
-// needed. The queue holds copies of small requests and at most 16 large
+// runs the requests that never wait itself (fs/ queues their device work
+// and replies from the completion) and hands the rest to a pool of up to
+// `max_workers` threads, started as they are needed; which are which is
+// one table, fuse/opcodes.h over fs/calls.h (RunsInReceiver). The queue
+// holds copies of small requests and at most 16 large
 // ones (writes); beyond that the receiver runs a write itself, so queued
 // requests add at most ~16 MiB to the daemon's memory.
 //
@@ -71,8 +69,9 @@ class RequestLoop {
   static void ServeAsReceiver();
 
   // Whether a receiving thread runs `buf` itself rather than handing it to
-  // a worker. `backlog`: the request was already waiting when the one
-  // before it was done (several callers are active). Any thread.
+  // a worker, by fuse/opcodes.h. `backlog`: the request was already waiting
+  // when the one before it was done (several callers are active). Any
+  // thread: the io_uring queues ask it too.
   bool RunsInReceiver(const fuse_buf& buf, bool backlog) const;
   // Hands `buf` to a worker, which runs it in place (no copy) and then
   // calls done(ctx); `buf` must stay valid until then. False if no worker

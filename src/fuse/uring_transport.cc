@@ -81,19 +81,6 @@ unsigned MaxPagesLimit() {
 
 }  // namespace
 
-bool ParseTransport(const std::string& name, Transport* out) {
-  if (name == "auto") {
-    *out = Transport::kAuto;
-  } else if (name == "uring" || name == "io_uring") {
-    *out = Transport::kUring;
-  } else if (name == "dev") {
-    *out = Transport::kDev;
-  } else {
-    return false;
-  }
-  return true;
-}
-
 const char* TransportName(Transport t) {
   switch (t) {
     case Transport::kAuto:

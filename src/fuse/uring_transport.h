@@ -56,8 +56,6 @@ enum class Transport {
   kDev,    // /dev/fuse only
 };
 
-// "auto", "uring", "dev"; nullopt-like false for anything else.
-bool ParseTransport(const std::string& name, Transport* out);
 const char* TransportName(Transport t);
 
 // Whether this kernel can carry FUSE over io_uring now: OK, or why not

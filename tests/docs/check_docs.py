@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
 """Docs that cannot rot: checks the documentation against the code.
 
-- every mount option the daemon accepts (read from the fuse_opt tables in
-  tools/ and src/fuse/, and from `kvfs --help` when a binary is given)
-  appears in man/kvfs.8 and in the options tables of docs/operations.md,
-  and every option those tables list is one the daemon accepts;
+- every mount option the daemon accepts (read from its option table,
+  tools/daemon/mount_options.cc, and the fuse_opt keys of tools/, and from
+  `kvfs --help` when a binary is given) appears in man/kvfs.8 and in the
+  options tables of docs/operations.md, and every option those tables list
+  is one the daemon accepts;
+- with a binary, each option's default and range as `kvfs --options-json`
+  gives them (read from the library's structs) are the ones kvfs(8) states
+  in the option's entry ("default N" or "N (the default)", and the range
+  as "A to B" or "at least A"), and the default column of
+  docs/operations.md says the same (a flag: "on", or "-"/"off"), as does
+  any range the row states ("A to B", "A..B");
 - every kvfsctl subcommand (read from its add_subcommand calls, and from
   `kvfsctl --help` when a binary is given) appears in man/kvfsctl.8 and
   docs/operations.md;
@@ -17,15 +24,18 @@ Prints one line per problem and exits 1 if there is any, 0 otherwise.
 Usage: check_docs.py --source-root DIR [--kvfs BIN] [--kvfsctl BIN]
 """
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-# Option tables in the daemon's source: KVFS_OPT("name=%u", field) and
+# Option tables in the daemon's source: the table's entries,
+# Unsigned("name", ...), Choice<T>("name", ...), lane("lane_x", ...), and
 # FUSE_OPT_KEY("name", key); names starting with '-' are command-line flags.
-OPT_RE = re.compile(r'\b(?:KVFS_OPT|FUSE_OPT_KEY)\s*\(\s*"([^"]+)"')
+OPT_RE = re.compile(r'\b(?:FUSE_OPT_KEY|Unsigned|UnsignedWith|Number|Flag|FlagOrText|Text|lane|'
+                    r'Choice\s*<[^>]*>)\s*\(\s*"([^"]+)"')
 # {"name=%s", offsetof(...), 1} written without the macro.
 RAW_OPT_RE = re.compile(r'\{\s*"([a-z][a-z0-9_]*(?:=[^"]*)?)"\s*,\s*offsetof\(')
 SUBCOMMAND_RE = re.compile(r'add_subcommand\s*\(\s*"([^"]+)"')
@@ -43,7 +53,8 @@ def option_name(spec):
 
 def daemon_options_from_source(root):
     names = set()
-    files = sorted((root / "tools").glob("*.cc")) + sorted((root / "src" / "fuse").glob("*.cc"))
+    files = (sorted((root / "tools").glob("*.cc")) + sorted((root / "tools" / "daemon").glob("*.cc"))
+             + sorted((root / "src" / "fuse").glob("*.cc")))
     for path in files:
         text = path.read_text(errors="replace")
         for spec in OPT_RE.findall(text) + RAW_OPT_RE.findall(text):
@@ -79,6 +90,118 @@ def daemon_options_from_help(text):
             if re.match(r"[a-z][a-z0-9_]*($|=|\[)", part):
                 names.add(option_name(part.split("[")[0]))
     return names
+
+
+def options_json(binary):
+    """`kvfs --options-json`: {name: entry}, or (None, error)."""
+    try:
+        out = subprocess.run([binary, "--options-json"], capture_output=True, text=True,
+                             timeout=30, env={**os.environ, "LC_ALL": "C"})
+        return {e["name"]: e for e in json.loads(out.stdout)}, None
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, TypeError) as e:
+        return None, f"{binary} --options-json: {e}"
+
+
+def man_option_entries(text):
+    """{option name: the plain text of its .TP entry (term and body)} for
+    the entries of kvfs(8)'s 'kvfs options' section."""
+    lines = text.splitlines()
+    entries = {}
+    try:
+        start = lines.index(".SS kvfs options")
+    except ValueError:
+        return entries
+    i = start + 1
+    while i < len(lines) and not lines[i].startswith((".SS", ".SH")):
+        if lines[i] == ".TP" and i + 1 < len(lines):
+            term = lines[i + 1]
+            j = i + 2
+            while j < len(lines) and not lines[j].startswith((".TP", ".SS", ".SH")):
+                j += 1
+            plain = " ".join(roff_plain(re.sub(r'^\.[A-Z]{1,2}\s?', "", l)).replace('"', "")
+                             for l in lines[i + 1:j])
+            plain = re.sub(r"\s+", " ", plain)
+            for name in re.findall(r"[A-Za-z0-9_]+", roff_plain(term)):
+                entries.setdefault(name, plain)
+            i = j
+        else:
+            i += 1
+    return entries
+
+
+DEFAULT_RE = re.compile(r"\bdefaults? (?!is\b)([^\s,;:)]+)|([^\s(]+) \((?:the )?default\)", re.I)
+RANGE_RE = re.compile(r"\b(\d+) ?(?:to|\.\.) ?(\d+)\b")
+
+
+def stated_default(text):
+    m = DEFAULT_RE.search(text)
+    if not m:
+        return None
+    return (m.group(1) or m.group(2)).rstrip(".")
+
+
+def flag_cell(cell):
+    return {"on": "on", "-": "off", "off": "off"}.get(cell, cell)
+
+
+def options_table_cells(md_text):
+    """{option name: (default cell, whole row)} of the options tables with
+    a default column."""
+    cells = {}
+    lines = md_text.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() != OPTIONS_TABLE_MARK:
+            continue
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith("|"):
+            j += 1
+        header = [c.strip() for c in re.split(r"(?<!\\)\|", lines[j])[1:-1]]
+        if "default" not in header:
+            continue
+        col = header.index("default")
+        j += 2
+        while j < len(lines) and lines[j].startswith("|"):
+            row = [c.strip() for c in re.split(r"(?<!\\)\|", lines[j])[1:-1]]
+            cell = row[col].replace("`", "")
+            cell = re.split(r"[\s(]", cell, maxsplit=1)[0]
+            for code in re.findall(r"`([^`]+)`", row[0]):
+                cells.setdefault(option_name(code), (cell, lines[j]))
+            j += 1
+    return cells
+
+
+def check_defaults(table, man_text, ops_text, problems):
+    """Defaults and ranges of `kvfs --options-json` against the docs."""
+    entries = man_option_entries(man_text)
+    cells = options_table_cells(ops_text)
+    for name, e in sorted(table.items()):
+        default, rng, flag = e["default"], e["range"], e["kind"] in ("flag", "flag_or_text")
+        entry = entries.get(name)
+        if entry is None:
+            problems.append(f"man/kvfs.8: no .TP entry for mount option {name} under "
+                            "'.SS kvfs options'")
+        elif flag:
+            if default == "on" and not re.search(r"\bdefault\b", entry, re.I):
+                problems.append(f"man/kvfs.8: {name} is on by default; its entry does not say so")
+        elif default:
+            said = stated_default(entry)
+            if said != default:
+                problems.append(f"man/kvfs.8: {name}: the daemon's default is {default}, the "
+                                f"entry says {said if said else 'none'} (write 'default "
+                                f"{default}')")
+        if entry is not None and rng and rng not in entry:
+            problems.append(f"man/kvfs.8: {name}: the entry does not state its range '{rng}'")
+        if name in cells:
+            cell, row = cells[name]
+            have = flag_cell(cell) if flag else cell
+            if default and have != default:
+                problems.append(f"docs/operations.md: {name}: the default column says {cell}, "
+                                f"the daemon's default is {default}")
+            m = re.fullmatch(r"(\d+) to (\d+)", rng)
+            for lo, hi in RANGE_RE.findall(row):
+                if m and (lo, hi) != m.groups():
+                    problems.append(f"docs/operations.md: {name}: the row states {lo} to {hi}, "
+                                    f"the daemon takes {rng}")
 
 
 def subcommands_from_source(root):
@@ -271,6 +394,12 @@ def main():
     for name in sorted(tabled - options):
         problems.append(f"docs/operations.md: the options table lists {name}, which the daemon "
                         "does not accept")
+    if args.kvfs:
+        table, err = options_json(args.kvfs)
+        if err:
+            problems.append(err)
+        else:
+            check_defaults(table, man, ops, problems)
 
     # kvfsctl subcommands.
     subcommands = subcommands_from_source(root)

@@ -38,7 +38,7 @@ TEST(RecencyTest, RenameRemoveAndUntrackedFiles) {
   Recency r;
   r.Named(7, 1, "tmp", 10);
   r.Named(8, 1, "other", 20);
-  r.Renamed(7, 3, "final");
+  r.Moved(7, 3, "final");
   auto o = r.Next(1, {});
   ASSERT_EQ(o.size(), 1u);
   EXPECT_EQ(o[0].parent, 3u);

@@ -4,7 +4,9 @@ import os
 import subprocess
 import time
 
-from conftest import FUSERMOUNT, MKFS_BIN, MiB, mounted_fstype, run_kvfs
+import pytest
+
+from conftest import KVFS_BIN, MKFS_BIN, MiB, mounted_fstype, run_kvfs, unmount
 
 
 def one_line(stderr):
@@ -156,16 +158,53 @@ def test_background_mode_returns_once_mounted(make_volume):
         with open(os.path.join(v.mnt, "f"), "wb") as f:
             f.write(b"background")
     finally:
-        subprocess.run([FUSERMOUNT, "-u", v.mnt], check=True)
-    # The daemon writes everything out and exits.
-    deadline = time.monotonic() + 60
-    while daemon_pids(v.mnt):
-        assert time.monotonic() < deadline, "daemon still running 60 s after unmount"
-        time.sleep(0.05)
+        # The daemon writes everything out and exits.
+        unmount_and_wait(v.mnt)
     v.mount.start()
     with open(os.path.join(v.mnt, "f"), "rb") as f:
         assert f.read() == b"background"
     v.mount.stop()
+
+
+def unmount_and_wait(mnt):
+    """Unmounts `mnt` and waits for its daemon to exit."""
+    r = unmount(mnt)
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 60
+    while daemon_pids(mnt):
+        assert time.monotonic() < deadline, "daemon still running 60 s after unmount"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("dest", ["file", "stderr"])
+def test_background_log_goes_to_a_file_or_the_kept_stderr(make_volume, workdir, dest):
+    # Without syslog the background daemon's lines would be lost; log=PATH
+    # and log=stderr keep them. `shape` makes the daemon log a warning.
+    v = make_volume("log")
+    path = os.path.join(workdir, "kvfs.log")
+    with open(path + ".stderr", "wb") as err:
+        opt = f"log={path}" if dest == "file" else "log=stderr"
+        r = subprocess.run([KVFS_BIN, "-o", f"{opt},shape", v.image, v.mnt], stdout=err,
+                           stderr=err, timeout=60)
+    assert r.returncode == 0
+    assert mounted_fstype(v.mnt) == "fuse.kvfs"
+    unmount_and_wait(v.mnt)
+    with open(path if dest == "file" else path + ".stderr") as f:
+        text = f.read()
+    # Lines the daemon wrote once in the background: the startup line, the
+    # warning, and the unmount.
+    image, mnt = os.path.realpath(v.image), os.path.realpath(v.mnt)
+    assert f"mounted {image} at {mnt}" in text, text
+    assert "[warning] shape: device 0 modelled as 80 us per command" in text, text
+    assert f"unmounted {mnt}" in text, text
+
+
+def test_log_file_that_cannot_be_opened_fails_the_mount(make_volume):
+    v = make_volume("log")
+    r = run_kvfs("-o", "log=/proc/no/such/dir/kvfs.log", v.image, v.mnt)
+    assert r.returncode != 0
+    assert "log=/proc/no/such/dir/kvfs.log" in one_line(r.stderr)
+    assert mounted_fstype(v.mnt) is None
 
 
 def test_background_mode_startup_error_is_reported(make_volume):

@@ -16,7 +16,7 @@ import pytest
 
 import conftest
 from conftest import (FUSERMOUNT, KVFS_BIN, MiB, mkfs, mounted_fstype, run_as,
-                      with_transport)
+                      unmount, with_transport)
 
 FSCK_BIN = os.environ.get("FSCK_KVFS_BIN", "")
 GROUP = 12345     # the directory's / file's group
@@ -353,7 +353,7 @@ def test_quick_mount_unmount_cycles_end_with_status_0(workdir):
             # about a third of the cycles unmount while the queues register:
             # the daemon before the fix exited 1 in 19 of 60).
             time.sleep(rng.choice([0, 0, 0.0005, 0.001, 0.002, 0.005, 0.02]))
-            r = subprocess.run([FUSERMOUNT, "-u", mnt], capture_output=True, text=True)
+            r = unmount(mnt)
             assert r.returncode == 0, r.stderr
             rc = proc.wait(timeout=60)
         except BaseException:
@@ -416,7 +416,7 @@ def test_umount_helper_returns_once_the_volume_is_free(make_volume):
 def test_mount_right_after_unmount_waits_for_the_old_daemon(make_volume):
     v, data = slow_volume_with_staged_data(make_volume, "a")
     old = v.mount.proc
-    r = subprocess.run([FUSERMOUNT, "-u", v.path], capture_output=True, text=True)
+    r = unmount(v.path)
     assert r.returncode == 0, r.stderr
     assert old.poll() is None, "the old daemon ended too soon to test the wait"
     v.mount.options = None

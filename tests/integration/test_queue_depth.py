@@ -1,8 +1,8 @@
 """Lanes, RAM cache and memory bounds on a real mount (issue 5).
 
 - A foreground read overtakes write-behind already queued: the read of a key
-  issued while gigabytes of stores are still being written out completes
-  long before they are.
+  issued while a gigabyte of stores is still being written out completes
+  before they are.
 - The RAM cache never serves an older or torn version: readers race writers
   that replace the same names (tmp + rename, as connectors do) and unlinks.
 - The daemon's memory stays within cache + staging bounds plus a fixed
@@ -30,14 +30,19 @@ def vm_kib(pid, field):
     raise AssertionError(f"{field} not in /proc/{pid}/status")
 
 
-def test_read_overtakes_two_gib_of_queued_write_behind(make_volume):
-    # Staging large enough to hold the whole burst, so write() returns at
-    # memory speed and the burst sits queued on the write lane; a device
-    # shaped to 400 MB/s, so that it does not absorb the burst as fast as
-    # this machine's disk may (the test would then mean nothing).
-    v = make_volume("burst", size=6 * GiB, options="dirty_mb=2304,lane_write=1,shape=80:400")
+def test_read_overtakes_queued_write_behind(make_volume):
+    """A read of a key issued behind a gigabyte of write-behind completes
+    while writes queued before it are still not on the device: it went
+    ahead of them. Only the order is asserted, not how much was queued or
+    how fast anything went."""
+    # Staging holds the whole burst, so write() returns at memory speed and
+    # the burst sits queued on the write lane, one command in flight
+    # (lane_write=1); the device is shaped to 100 MB/s, so that writing the
+    # burst out takes ~10 s, while a read that goes first needs its own
+    # 16 MiB and the one write command ahead of each of its reads.
+    v = make_volume("burst", size=4 * GiB, options="dirty_mb=1280,lane_write=1,shape=80:100")
     v.mount.start()
-    key = payload("restore-key", 64 * MiB)
+    key = payload("restore-key", 16 * MiB)
     write_file(v.p("key"), key, fsync=True)
     with open(v.p(".kvfs", "drop_cache"), "w") as f:
         f.write("1")
@@ -45,28 +50,24 @@ def test_read_overtakes_two_gib_of_queued_write_behind(make_volume):
     chunk = payload("burst", 16 * MiB)
     fds = [os.open(v.p(f"burst{i}"), os.O_WRONLY | os.O_CREAT, 0o644) for i in range(8)]
     try:
-        for i in range(2 * GiB // len(chunk)):
+        for i in range(GiB // len(chunk)):
             os.write(fds[i % len(fds)], chunk)
         for fd in fds:
             os.close(fd)  # close starts writing out the file's staged tail
         fds = []
-        backlog = read_stats(v.path)["staging"]["staged_bytes"]  # written to us, not yet to the device
-        t0 = time.monotonic()
         got = read_file(v.p("key"))
-        read_s = time.monotonic() - t0
+        # Staged bytes are written to kvfs and not yet to the device; none
+        # were added since the burst: what is left was queued before the
+        # read and completes after it.
+        left = read_stats(v.path)["staging"]["staged_bytes"]
         with open(v.p(".kvfs", "sync"), "w") as f:  # returns once all is on the device
             f.write("1")
-        drain_s = time.monotonic() - t0
     finally:
         for fd in fds:
             os.close(fd)
     assert got == key
-    # The test means something only if the burst was still queued when the
-    # read started (a device that absorbs 2 GiB at once makes this vacuous):
-    # at least four times the read. Here 1.5 GiB of the 2 GiB usually is;
-    # under ASan, whose daemon takes the writes in more slowly, 0.3-0.8 GiB.
-    assert backlog >= 4 * len(key), backlog
-    assert read_s < drain_s / 2, (read_s, drain_s, backlog)
+    assert left > 0, "the read waited for every write queued before it"
+    assert read_stats(v.path)["staging"]["staged_bytes"] == 0
 
 
 def race(targets, seconds, stop):
