@@ -189,16 +189,31 @@ int Df(const std::string& mount, bool bytes) {
   if (auto it = s->find("space"); it != s->end() && it->is_object()) {
     largest = it->value("largest_free_bytes", uint64_t{0});
   }
-  // Use%, as df: used / (used + available), rounded up.
-  const std::string pct =
-      used + avail ? std::to_string((used * 100 + used + avail - 1) / (used + avail)) + "%" : "-";
   auto n = [&](uint64_t v) { return bytes ? std::to_string(v) : kvfs::ctl::HumanBytes(v); };
   const int w = bytes ? 14 : 6;
   std::printf("%-30s %*s %*s %*s %4s %*s %s\n", "Filesystem", w, "Size", w, "Used", w, "Avail",
               "Use%", w + 2, "Largest", "Mounted on");
-  std::printf("%-30s %*s %*s %*s %4s %*s %s\n", m->source().c_str(), w, n(size).c_str(), w,
-              n(used).c_str(), w, n(avail).c_str(), pct.c_str(), w + 2, n(largest).c_str(),
-              m->mount_point().c_str());
+  auto row = [&](const std::string& name, uint64_t size, uint64_t used, uint64_t avail,
+                 uint64_t largest, const std::string& on) {
+    // Use%, as df: used / (used + available), rounded up.
+    const std::string pct =
+        used + avail ? std::to_string((used * 100 + used + avail - 1) / (used + avail)) + "%"
+                     : "-";
+    std::printf("%-30s %*s %*s %*s %4s %*s %s\n", name.c_str(), w, n(size).c_str(), w,
+                n(used).c_str(), w, n(avail).c_str(), pct.c_str(), w + 2, n(largest).c_str(),
+                on.c_str());
+  };
+  row(m->source(), size, used, avail, largest, m->mount_point());
+  // A volume of several devices: a row per device, which sum to the line
+  // above (a daemon that does not report device space shows none).
+  if (auto it = s->find("devices"); it != s->end() && it->is_array() && it->size() > 1) {
+    for (const nlohmann::json& d : *it) {
+      if (!d.is_object() || !d.contains("size_bytes")) break;
+      row("  " + std::to_string(d.value("device", 0u)) + ": " + d.value("path", std::string()),
+          d.value("size_bytes", uint64_t{0}), d.value("used_bytes", uint64_t{0}),
+          d.value("free_bytes", uint64_t{0}), d.value("largest_free_bytes", uint64_t{0}), "");
+    }
+  }
   std::printf("%s\n", EvictionLine(*s).c_str());
   return kExitOk;
 }

@@ -172,6 +172,7 @@ StatsSnapshot FileSystem::Impl::Stats() {
     l.latency = lanes[k].latency;
     s.lanes.push_back(std::move(l));
   }
+  volume::SpaceStats sp = volume_.space();
   auto devs = sched_->DeviceSnapshots();
   for (size_t d = 0; d < devs.size(); ++d) {
     DeviceIoStats v;
@@ -182,9 +183,13 @@ StatsSnapshot FileSystem::Impl::Stats() {
     v.inflight_commands = devs[d].inflight_commands;
     v.queued = devs[d].queued;
     v.latency = devs[d].latency;
+    if (d < sp.devices.size()) {
+      v.size_bytes = sp.devices[d].total_bytes;
+      v.free_bytes = sp.devices[d].free_bytes;
+      v.largest_free = sp.devices[d].largest_free;
+    }
     s.devices.push_back(std::move(v));
   }
-  volume::SpaceStats sp = volume_.space();
   s.total_bytes = sp.total_bytes;
   s.free_bytes = sp.free_bytes;
   s.largest_free = sp.largest_free;

@@ -92,11 +92,15 @@ struct LaneStats {
   HistogramSnapshot latency;
 };
 
-// One device of the volume, over every lane (io::Scheduler::DeviceSnapshots).
+// One device of the volume: its I/O over every lane
+// (io::Scheduler::DeviceSnapshots) and its data space (volume::DeviceSpace;
+// over the devices these sum to the volume's total and free, as statfs
+// reports them).
 struct DeviceIoStats {
   std::string path;
   uint64_t ops = 0, bytes = 0, errors = 0;
   uint64_t inflight_commands = 0, queued = 0;
+  uint64_t size_bytes = 0, free_bytes = 0, largest_free = 0;
   HistogramSnapshot latency;
 };
 

@@ -67,6 +67,10 @@ std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
                             {"errors", v.errors},
                             {"inflight_commands", v.inflight_commands},
                             {"queued", v.queued},
+                            {"size_bytes", v.size_bytes},
+                            {"used_bytes", v.size_bytes - v.free_bytes},
+                            {"free_bytes", v.free_bytes},
+                            {"largest_free_bytes", v.largest_free},
                             {"latency", LatencyJson(v.latency)}});
   }
   j["cache"] = {{"hits", s.cache.hits},
@@ -161,6 +165,12 @@ std::string StatsToPrometheus(const fs::StatsSnapshot& s, const FrontEndStats& f
                 [](const DeviceIoStats& v) { return v.errors; });
   device_metric("kvfs_device_inflight_commands", "gauge", "Commands in flight per device.",
                 [](const DeviceIoStats& v) { return v.inflight_commands; });
+  device_metric("kvfs_device_size_bytes", "gauge", "Data space per device.",
+                [](const DeviceIoStats& v) { return v.size_bytes; });
+  device_metric("kvfs_device_used_bytes", "gauge", "Data space in use per device.",
+                [](const DeviceIoStats& v) { return v.size_bytes - v.free_bytes; });
+  device_metric("kvfs_device_free_bytes", "gauge", "Free data space per device.",
+                [](const DeviceIoStats& v) { return v.free_bytes; });
   auto lane_metric = [&](const char* name, const char* type, const char* help, auto get) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
     for (const LaneStats& l : s.lanes) o << name << "{lane=\"" << l.name << "\"} " << get(l) << "\n";

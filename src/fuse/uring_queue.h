@@ -7,7 +7,8 @@
 // the reply's body goes to. On a request the thread copies the in-header
 // and the opcode's argument in front of the payload, so libfuse sees one
 // contiguous request as /dev/fuse gives it, and runs it inline (the
-// requests the /dev/fuse receiver runs) or on a request-loop worker.
+// requests that never wait: RequestLoop::RunsInReceiver, by fuse/opcodes.h)
+// or on a request-loop worker.
 //
 // An entry goes back to the kernel (COMMIT_AND_FETCH: reply and wait for
 // the next request in one command) once both its reply is written and

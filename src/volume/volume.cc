@@ -170,10 +170,12 @@ Status Volume::Free(const std::vector<Extent>& extents) {
 SpaceStats Volume::space() const {
   SpaceStats s;
   for (const auto& a : allocators_) {
-    s.total_bytes += a->region_len();
-    s.free_bytes += a->free_bytes();
-    s.largest_free = std::max(s.largest_free, a->largest_free());
+    DeviceSpace d{a->region_len(), a->free_bytes(), a->largest_free()};
+    s.total_bytes += d.total_bytes;
+    s.free_bytes += d.free_bytes;
+    s.largest_free = std::max(s.largest_free, d.largest_free);
     s.free_extents += a->free_extent_count();
+    s.devices.push_back(d);
   }
   return s;
 }

@@ -55,11 +55,21 @@ struct VolumeOptions {
   std::vector<device::DeviceShape> shapes;
 };
 
+// The data space of one device: its region and what of it is free.
+struct DeviceSpace {
+  uint64_t total_bytes = 0;  // the data region
+  uint64_t free_bytes = 0;
+  uint64_t largest_free = 0;
+};
+
+// Read in one pass: the volume's figures are the sums (largest: the
+// maximum) of its devices' figures.
 struct SpaceStats {
   uint64_t total_bytes = 0;  // sum of data regions
   uint64_t free_bytes = 0;
   uint64_t largest_free = 0;
   uint64_t free_extents = 0;
+  std::vector<DeviceSpace> devices;  // by device index
 };
 
 // The index directory used when none is given, or EINVAL for a block device

@@ -37,8 +37,13 @@ fs::StatsSnapshot Sample() {
   dev.ops = 9;
   dev.bytes = 9 << 20;
   dev.inflight_commands = 2;
+  dev.size_bytes = 60;
+  dev.free_bytes = 25;
+  dev.largest_free = 20;
   s.devices = {dev, dev};
   s.devices[1].path = "/tmp/img2";
+  s.devices[1].size_bytes = 40;
+  s.devices[1].free_bytes = 15;
   s.cache.hits = 5;
   s.total_bytes = 100;
   s.free_bytes = 40;
@@ -69,6 +74,24 @@ TEST(StatsRenderTest, JsonCarriesTheSnapshotAndTheFrontEndFields) {
   EXPECT_DOUBLE_EQ(j["write_yield"]["waited_ms"].get<double>(), 1.5);
   EXPECT_EQ(j["requests"]["READ"].get<uint64_t>(), 12u);
   EXPECT_EQ(j["transport"].get<std::string>(), "/dev/fuse");
+}
+
+TEST(StatsRenderTest, EachDeviceCarriesItsSizeUsedAndFreeSpace) {
+  const fs::StatsSnapshot s = Sample();
+  auto j = nlohmann::json::parse(StatsToJson(s, Front()));
+  const auto& d1 = j["devices"][1];
+  EXPECT_EQ(d1["size_bytes"].get<uint64_t>(), 40u);
+  EXPECT_EQ(d1["used_bytes"].get<uint64_t>(), 25u);
+  EXPECT_EQ(d1["free_bytes"].get<uint64_t>(), 15u);
+  EXPECT_EQ(j["devices"][0]["largest_free_bytes"].get<uint64_t>(), 20u);
+  const std::string prom = StatsToPrometheus(s, Front());
+  for (const char* line :
+       {"kvfs_device_size_bytes{device=\"0\"} 60\n", "kvfs_device_used_bytes{device=\"0\"} 35\n",
+        "kvfs_device_free_bytes{device=\"0\"} 25\n", "kvfs_device_size_bytes{device=\"1\"} 40\n",
+        "kvfs_device_used_bytes{device=\"1\"} 25\n", "kvfs_device_free_bytes{device=\"1\"} 15\n"}) {
+    EXPECT_NE(prom.find(line), std::string::npos) << line;
+  }
+  EXPECT_NE(prom.find("# TYPE kvfs_device_free_bytes gauge\n"), std::string::npos);
 }
 
 TEST(StatsRenderTest, TransportIsAJsonStringAndAPrometheusGauge) {

@@ -148,6 +148,48 @@ def test_large_file_and_serial_keys_spread_over_every_device(vol4):
     assert all(p["files"] > 0 for p in rep["stats"]["per_device"]), rep["stats"]["per_device"]
 
 
+def device_metrics(mount, name):
+    """{device index: value} of the Prometheus gauge `name` in .kvfs/metrics."""
+    with open(os.path.join(mount, ".kvfs", "metrics")) as f:
+        lines = f.read().splitlines()
+    prefix = name + '{device="'
+    return {int(line[len(prefix):line.index('"', len(prefix))]): int(line.split()[-1])
+            for line in lines if line.startswith(prefix)}
+
+
+def test_space_per_device_sums_to_statfs_and_is_what_was_written_there(vol4):
+    # 64 MiB striped over every device and 40 one-chunk keys, each fsynced:
+    # nothing is staged or reserved when the figures are read.
+    names = [("big", 64)] + [(f"k{k}", 1) for k in range(40)]
+    for name, n in names:
+        with open(os.path.join(vol4.path, name), "wb") as f:
+            for i in range(n):
+                f.write(chunk(name, i))
+            os.fsync(f.fileno())
+    with open(os.path.join(vol4.path, ".kvfs", "stats")) as f:
+        devs = json.load(f)["devices"]
+    sv = os.statvfs(vol4.path)
+    size = [d["size_bytes"] for d in devs]
+    used = [d["used_bytes"] for d in devs]
+    free = [d["free_bytes"] for d in devs]
+    # Each device's data region: its image after the first MiB (superblock).
+    assert size == [os.path.getsize(img) - MiB for img in vol4.devices] == [159 * MiB] * NDEV
+    assert sum(size) == sv.f_blocks * sv.f_frsize
+    assert sum(free) == sv.f_bfree * sv.f_frsize == sv.f_bavail * sv.f_frsize
+    assert all(u + f == s for u, f, s in zip(used, free, size)), devs
+    assert sum(used) == 104 * MiB and min(used) > 0, used
+    assert all(0 < d["largest_free_bytes"] <= d["free_bytes"] for d in devs), devs
+    # Prometheus says the same.
+    for name, want in (("kvfs_device_size_bytes", size), ("kvfs_device_used_bytes", used),
+                       ("kvfs_device_free_bytes", free)):
+        assert device_metrics(vol4.path, name) == dict(enumerate(want)), name
+    # And each device's used bytes are the chunks found on its image.
+    vol4.stop()
+    loc = where(vol4.devices)
+    assert len(loc) == 104
+    assert used == [MiB * list(loc.values()).count(d) for d in range(NDEV)]
+
+
 @needs_fsck
 def test_keys_leave_used_space_balanced(vol4):
     # 120 keys of 4 MiB fill 480 MiB of 640; then every third is deleted and

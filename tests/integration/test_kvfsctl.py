@@ -189,6 +189,45 @@ def test_df_numbers_equal_statvfs_and_df_h(vol):
     assert ours[5] == human(largest)
 
 
+def test_df_of_several_devices_has_a_row_per_device_that_sums_to_the_volume(workdir):
+    from test_devices import MultiMount
+    devs = [os.path.join(workdir, f"dev{i}.img") for i in range(2)]
+    for img, size in zip(devs, (64 * MiB, 128 * MiB)):
+        with open(img, "wb") as f:
+            f.truncate(size)
+    subprocess.run([os.environ["MKFS_KVFS_BIN"], "-f", "-q", *devs], check=True)
+    mnt = os.path.join(workdir, "mnt")
+    os.mkdir(mnt)
+    m = MultiMount(devs, mnt)
+    m.start()
+    try:
+        with open(os.path.join(mnt, "f"), "wb") as f:
+            f.write(payload("f", 24 * MiB))
+            os.fsync(f.fileno())
+        lines = ok("df", "--bytes", mnt).splitlines()
+        sv = os.statvfs(mnt)
+        with open(os.path.join(mnt, ".kvfs", "stats")) as f:
+            stats = json.load(f)["devices"]
+        m.stop()
+    finally:
+        m.kill()
+    assert len(lines) == 5 and lines[-1] == "Eviction: off", lines
+    volume = [int(x) for x in lines[1].split()[1:4]]
+    assert volume == [sv.f_blocks * sv.f_frsize, (sv.f_blocks - sv.f_bfree) * sv.f_frsize,
+                      sv.f_bavail * sv.f_frsize]
+    rows = [line.split() for line in lines[2:4]]
+    assert [r[:2] for r in rows] == [["0:", devs[0]], ["1:", devs[1]]]
+    nums = [[int(x) for x in r[2:5]] + [int(r[6])] for r in rows]
+    # Size is the image after its first MiB (the superblock); used and
+    # free are the daemon's figures, and the rows add up to the volume.
+    assert [n[0] for n in nums] == [63 * MiB, 127 * MiB]
+    assert nums == [[d["size_bytes"], d["used_bytes"], d["free_bytes"],
+                     d["largest_free_bytes"]] for d in stats]
+    assert [sum(col) for col in zip(*nums)][:3] == volume
+    assert volume[1] == 24 * MiB
+    assert all(r[5].endswith("%") for r in rows)
+
+
 def test_prefetch_fills_the_cache_and_drop_cache_empties_it(make_volume):
     # prefetch=off: lookups and opens start no prefetch, so whatever reaches
     # the cache came through kvfsctl prefetch.

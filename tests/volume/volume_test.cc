@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "common/format.h"
 #include "util/temp_dir.h"
@@ -43,6 +45,41 @@ TEST_F(VolumeTest, OpensFreshVolumeWithAllSpaceFree) {
   auto root = (*v)->index().GetInode(kRootIno);
   ASSERT_TRUE(root.ok());
   EXPECT_TRUE((root->mode & S_IFMT) == S_IFDIR);
+}
+
+TEST_F(VolumeTest, EachDeviceReportsItsRegionAndWhatOfItIsAllocated) {
+  // Two devices of different sizes: the per-device rows sum to the volume's
+  // figures and follow what is allocated on each.
+  const std::string a = dir_.Join("a.img"), b = dir_.Join("b.img");
+  std::ofstream(a).close();
+  std::ofstream(b).close();
+  std::filesystem::resize_file(a, kImageBytes);
+  std::filesystem::resize_file(b, 2 * kImageBytes);
+  ASSERT_TRUE(FormatVolume({a, b}, FormatOptions{}).ok());
+  auto v = Volume::Open({a, b}, SmallOptions());
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  SpaceStats s = (*v)->space();
+  ASSERT_EQ(s.devices.size(), 2u);
+  EXPECT_EQ(s.devices[0].total_bytes, kImageBytes - kDataStart);
+  EXPECT_EQ(s.devices[1].total_bytes, 2 * kImageBytes - kDataStart);
+  EXPECT_EQ(s.devices[0].free_bytes, s.devices[0].total_bytes);
+  EXPECT_EQ(s.devices[1].free_bytes, s.devices[1].total_bytes);
+  EXPECT_EQ(s.total_bytes, s.devices[0].total_bytes + s.devices[1].total_bytes);
+
+  auto got = (*v)->Allocate(24 << 20);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  uint64_t on[2] = {0, 0};
+  for (const Extent& e : *got) on[e.device] += e.len;
+  s = (*v)->space();
+  for (size_t d = 0; d < 2; ++d) {
+    EXPECT_EQ(s.devices[d].total_bytes - s.devices[d].free_bytes, on[d]) << d;
+    EXPECT_LE(s.devices[d].largest_free, s.devices[d].free_bytes) << d;
+  }
+  EXPECT_EQ(s.free_bytes, s.devices[0].free_bytes + s.devices[1].free_bytes);
+  EXPECT_EQ(s.total_bytes - s.free_bytes, uint64_t{24} << 20);
+  EXPECT_EQ(s.largest_free, std::max(s.devices[0].largest_free, s.devices[1].largest_free));
+  ASSERT_TRUE((*v)->Free(*got).ok());
+  EXPECT_EQ((*v)->space().devices[1].free_bytes, s.devices[1].total_bytes);
 }
 
 TEST_F(VolumeTest, SecondReadWriteOpenIsRefusedWhileOpen) {
