@@ -32,7 +32,7 @@ std::shared_ptr<CachedChunk> FileSystem::Impl::CachedWhole(const InodeRef& i, ui
   const ChunkState& cs = it->second;
   if (cs.staged || cs.inflight || cs.failed || cs.extents.empty()) return nullptr;
   // A miss is counted by the PlanRead that follows.
-  std::shared_ptr<CachedChunk> c = cache_->Get(i->token, ci, cs.installed_seq, false);
+  std::shared_ptr<CachedChunk> c = ram_->chunks().Get(i->token, ci, cs.installed_seq, false);
   if (!c || c->state() == CachedChunk::State::kFailed) return nullptr;
   if (off + len > ci * kChunkBytes + c->capacity) return nullptr;  // ends in a hole
   return c;
@@ -50,7 +50,7 @@ std::shared_ptr<CachedChunk> FileSystem::Impl::StartChunkLoad(const InodeRef& i,
     covered.push_back({fe.file_off - cstart, fe.file_off - cstart + fe.ext.len});
     capacity = std::max(capacity, covered.back().second);
   }
-  auto entry = cache_->StartLoad(i->token, ci, cs.installed_seq, capacity, prefetch);
+  auto entry = ram_->chunks().StartLoad(i->token, ci, cs.installed_seq, capacity, prefetch);
   if (!entry) return nullptr;
   // Cache memory is reused, not fresh: what no extent covers (a hole) must
   // read as zeros.
@@ -115,8 +115,8 @@ std::optional<MemoryVersion> FileSystem::Impl::CurrentMemoryVersion(const InodeS
 }
 
 std::shared_ptr<FileMemory> FileSystem::Impl::CurrentMemory(const InodeRef& i) {
-  if (!memory_) return nullptr;
-  std::shared_ptr<FileMemory> m = memory_->Get(i->token);
+  if (!ram_->memory()) return nullptr;
+  std::shared_ptr<FileMemory> m = ram_->memory()->Get(i->token);
   if (!m) return nullptr;
   if (m->opens.load() > 0) return m;  // the file's authority while served
   return IsAtVersion(*i, m->version()) ? m : nullptr;
@@ -129,7 +129,7 @@ std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
 }
 
 bool FileSystem::Impl::MemoryEligible(const InodeRef& i) {
-  return memory_ && i->is_reg() && !i->deleted && i->rec.size >= kMinFileMemoryBytes &&
+  return ram_->memory() && i->is_reg() && !i->deleted && i->rec.size >= kMinFileMemoryBytes &&
          i->rec.size <= options_.prefetch_file_max_bytes && !verifier_.enabled() &&
          EachChunkVersion(*i, [](uint64_t, uint64_t) {});
 }
@@ -148,7 +148,7 @@ std::shared_ptr<FileMemory> FileSystem::Impl::StartMemoryLoad(
       FileMemory::Create(*v, AlignUp(end, kBlockSize));
   if (!made.ok()) return nullptr;
   std::shared_ptr<FileMemory> m = std::move(*made);
-  if (!memory_->Insert(i->token, m, prefetch)) return nullptr;
+  if (!ram_->memory()->Insert(i->token, m, prefetch)) return nullptr;
   struct Load {
     Countdown reads;
     std::shared_ptr<FileMemory> memory;

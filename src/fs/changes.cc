@@ -163,7 +163,7 @@ void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
       inode->free_pending.clear();
     }
     batch.DeleteInode(inode->rec.ino);
-    cache_->EraseOwner(inode->token);
+    ram_->chunks().EraseOwner(inode->token);
     if (!frees.empty()) c.frees.emplace_back(inode, std::move(frees));
   }
   for (uint64_t ino : c.orphan_puts) batch.PutOrphan(ino);

@@ -91,7 +91,7 @@ Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, KillPriv* kill
       struct stat st;
       if (fstat(served->fd(), &st) == 0) served->synced_change_ns = StatChangeNs(st);
     }
-    memory_->NoteServed(*served, i->rec.size);
+    ram_->memory()->NoteServed(*served, i->rec.size);
   }
   return Status::OK();
 }
@@ -104,7 +104,7 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
     if (!r.ok()) return done(r.status());
     done(Opened{*r, nullptr});
   };
-  if (!memory_) return plain();
+  if (!ram_->memory()) return plain();
   Result<InodeRef> got = table_.Get(ino);
   if (!got.ok()) return done(got.status());
   const InodeRef i = std::move(*got);
@@ -112,7 +112,7 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
   std::vector<device::IoRequest> reqs;
   {
     std::unique_lock<std::mutex> l(i->mu);
-    std::shared_ptr<FileMemory> held = memory_->Get(i->token);
+    std::shared_ptr<FileMemory> held = ram_->memory()->Get(i->token);
     if (held && held->opens.load() > 0) {
       // The kernel's rule: while an open is served from the file's memory,
       // every open is, whatever its flags (a writer's bytes land there and
@@ -136,7 +136,7 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
       if (table_.opens(*i) == waiting &&
           !(cur && cur->state() == FileMemory::State::kFailed)) {
         m = cur ? std::move(cur) : StartMemoryLoad(i, /*prefetch=*/false, &reqs);
-        if (m && !reqs.empty()) memory_->NoteOpenLoad(*m);
+        if (m && !reqs.empty()) ram_->memory()->NoteOpenLoad(*m);
       }
     }
     if (m) {
@@ -161,12 +161,12 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
     // Still nothing open but opens served from (or waiting for) `m`, and
     // `m` still the file's memory: served. Otherwise the open stays as
     // counted, a handle like Open()'s.
-    const bool serve = ok && memory_->Get(i->token) == m &&
+    const bool serve = ok && ram_->memory()->Get(i->token) == m &&
                        table_.opens(*i) == m->opens.load() + m->pending.load() + 1 &&
                        (m->opens.load() > 0 || HeldMemory(i) == m) && can_serve(*m);
     if (serve) {
       m->opens.fetch_add(1);
-      memory_->NoteServed(*m, i->rec.size);
+      ram_->memory()->NoteServed(*m, i->rec.size);
     }
     l.unlock();
     const uint64_t fh = handles_.Add(Handle{i, flags, serve ? m : nullptr});
@@ -175,8 +175,8 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
 }
 
 void FileSystem::Impl::ServedAttr(const InodeRef& i, Attr* a) {
-  if (!memory_ || !i->is_reg()) return;
-  std::shared_ptr<FileMemory> m = memory_->Get(i->token);
+  if (!ram_->memory() || !i->is_reg()) return;
+  std::shared_ptr<FileMemory> m = ram_->memory()->Get(i->token);
   if (!m || m->opens.load() == 0 || !m->written.load()) return;
   struct stat st;
   if (fstat(m->fd(), &st) != 0) return;
@@ -186,8 +186,8 @@ void FileSystem::Impl::ServedAttr(const InodeRef& i, Attr* a) {
 }
 
 Status FileSystem::Impl::ResizeServedMemory(const InodeRef& i, uint64_t size, bool grow_only) {
-  if (!memory_) return Status::OK();
-  std::shared_ptr<FileMemory> m = memory_->Get(i->token);
+  if (!ram_->memory()) return Status::OK();
+  std::shared_ptr<FileMemory> m = ram_->memory()->Get(i->token);
   if (!m || m->opens.load() == 0) return Status::OK();
   struct stat st;
   if (fstat(m->fd(), &st) != 0) return Status::Error(errno, "file memory");
@@ -259,7 +259,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
     // The last served open of memory a writer used: its bytes are the
     // file's now (written out), and the next load reads them back.
     if (h->memory->opens.fetch_sub(1) == 1 && h->memory->written.load()) {
-      memory_->Erase(i->token, h->memory.get());
+      ram_->memory()->Erase(i->token, h->memory.get());
     }
   }
   if (!table_.DropOpen(*i)) return;
@@ -375,7 +375,7 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
   }
   if (memory) {
     // A key loaded (or loading) into its file memory: answered from there.
-    memory_->MarkUsed(*memory);
+    ram_->memory()->MarkUsed(*memory);
     auto reply = [memory, off, len, done](bool ok) {
       if (!ok) return done(Status::Error(EIO, "reading the data into memory failed"), {});
       done(Status::OK(), std::span<const char>(memory->data() + off, len));

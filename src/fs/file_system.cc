@@ -39,29 +39,15 @@ uint32_t FileSystem::Impl::RandomGeneration() {
   return g;
 }
 
-namespace {
-// With file memory on, its share of the cache (FileSystemOptions::file_memory).
-uint64_t FileMemoryBytes(uint64_t cache_bytes) { return cache_bytes / 4 * 3; }
-}  // namespace
-
 FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
-                       std::unique_ptr<CacheRegistrar> cache_registrar,
-                       std::unique_ptr<BuddyArena> cache_arena)
+                       std::unique_ptr<RamCache> ram)
     : volume_(volume),
       sched_(std::make_unique<io::Scheduler>(volume.io(), LaneOptions(volume, options))),
       pool_(volume.buffers()),
       options_(options),
-      cache_arena_(std::move(cache_arena)),
-      cache_registrar_(std::move(cache_registrar)),
-      cache_(std::make_unique<ChunkCache>(*cache_arena_)),
+      ram_(std::move(ram)),
       table_([this](uint64_t ino) { return volume_.index().GetInode(ino); },
-             [this](const InodeState& gone) {
-               cache_->EraseOwner(gone.token);
-               if (memory_) memory_->Erase(gone.token);
-             }) {
-  if (options_.file_memory) {
-    memory_ = std::make_unique<FileMemoryCache>(FileMemoryBytes(options_.cache_bytes));
-  }
+             [this](const InodeState& gone) { ram_->EraseOwner(gone.token); }) {
   committer_ = std::make_unique<Committer>(
       volume_.index(), [this](Change& c, index::WriteBatch& b) { BuildChange(c, b); },
       [this](Change& c, Status st) { ChangeCommitted(c, st); }, [this] { return FlushDevices(); },
@@ -84,7 +70,7 @@ FileSystem::Impl::~Impl() {
   sched_.reset();  // every request completes (their callbacks may queue changes)
   // No I/O into the cache is left: nothing registers any more, and what
   // was registered is unregistered.
-  cache_registrar_->Stop();
+  ram_->StopRegistering();
   atime_.reset();  // flushed by Shutdown(); its pins go before the table
   committer_.reset();
   retained_prefetches_.Clear();
@@ -126,8 +112,7 @@ Status FileSystem::Impl::FlushAll() {
 Status FileSystem::Impl::DropCache() {
   Status st = FlushAll();
   prefetcher_->Clear();  // a cold cache is not refilled by old lookups or readahead
-  cache_->Clear();
-  if (memory_) memory_->Clear();  // files being served stay
+  ram_->Clear();  // files being served stay
   return st;
 }
 
@@ -147,8 +132,8 @@ StatsSnapshot FileSystem::Impl::Stats() {
   StatsSnapshot s;
   s.ops = metrics_.Snapshot();
   s.errors = metrics_.Errors();
-  s.cache = CacheView();
-  if (memory_) s.file_memory = memory_->counters();
+  s.cache = ram_->View();
+  if (ram_->memory()) s.file_memory = ram_->memory()->counters();
   s.staging_bytes = pool_.region_bytes();
   s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
   s.queued_commits = committer_->queued();
@@ -297,19 +282,9 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
     opts.eviction.enabled = false;
   }
   KVFS_RETURN_IF_ERROR(Impl::LaneOptions(volume, opts).Validate());
-  // The cache's memory is registered with the io engine a piece at a time,
-  // in the background (cache_registrar.h). Declared first, the arena goes
-  // last if this fails: after the registrar has stopped and unregistered.
-  std::unique_ptr<BuddyArena> arena;
-  auto registrar = std::make_unique<CacheRegistrar>(volume);
-  KVFS_ASSIGN_OR_RETURN(
-      arena,
-      BuddyArena::Create(options.file_memory ? options.cache_bytes - FileMemoryBytes(options.cache_bytes)
-                                             : options.cache_bytes,
-                         [r = registrar.get()](const char* base, size_t len) {
-        r->Enqueue(base, len);
-      }));
-  auto impl = std::make_unique<Impl>(volume, opts, std::move(registrar), std::move(arena));
+  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<RamCache> ram,
+                        RamCache::Create(volume, opts.cache_bytes, opts.file_memory));
+  auto impl = std::make_unique<Impl>(volume, opts, std::move(ram));
   // The kernel's reference to the root, never forgotten.
   KVFS_RETURN_IF_ERROR(impl->table_.GetLookedUp(kRootIno).status());
   return std::unique_ptr<FileSystem>(new FileSystem(std::move(impl)));
@@ -436,21 +411,8 @@ Status FileSystem::Sync() {
 Status FileSystem::Prefetch(uint64_t ino) { return impl_->PrefetchIno(ino); }
 Result<uint64_t> FileSystem::ResolvePath(std::string_view path) { return impl_->ResolvePath(path); }
 Status FileSystem::DropCache() { return impl_->DropCache(); }
-CacheStats FileSystem::cache_stats() { return impl_->CacheView(); }
+CacheStats FileSystem::cache_stats() { return impl_->ram_->View(); }
 
-CacheStats FileSystem::Impl::CacheView() const {
-  CacheStats c = cache_->counters();
-  if (!memory_) return c;
-  const FileMemoryCounters m = memory_->counters();
-  c.hits += m.hits;
-  c.entries += m.files;
-  c.bytes += m.bytes;
-  c.budget += m.budget_bytes;
-  c.prefetched_bytes += m.prefetched_bytes;
-  c.prefetch_used_bytes += m.prefetch_used_bytes;
-  c.prefetch_wasted_bytes += m.prefetch_wasted_bytes;
-  return c;
-}
 StatsSnapshot FileSystem::Stats() { return impl_->Stats(); }
 void FileSystem::SetEvictionListener(
     std::function<void(uint64_t, std::string_view, uint64_t)> fn) {

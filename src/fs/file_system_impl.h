@@ -1,15 +1,24 @@
-// FileSystem::Impl: the state the parts of fs/ share, and the methods each
-// file implements. Internal to fs/.
+// FileSystem::Impl: the owner of the parts of fs/ and the methods each
+// file implements over them. Internal to fs/.
 //
-// Where things are:
+// Parts that own their state and lock (each header states its contract):
+//   namespace.h        names ahead of the index, the namespace lock
+//   name_change.h      the one builder of name changes (link, unlink,
+//                      replace, move); name_observer.h hears them
+//   ram_cache.h        chunk cache and file memory with their memory
+//   staged_inodes.h, retained_pins.h  staging pressure, prefetch pins
+//   committer.h, inode_table.h, handle_table.h, prefetcher.h, atime.h,
+//   recency.h, eviction.h
+//
+// Where the methods are:
 //   file_system.cc     the facade: the EROFS gate and metrics for every
 //                      call (fs/calls.h), construction and shutdown,
 //                      flushes, the stats snapshot
 //   inode_table.*      live inodes, lookup/open counts, InodePin
 //   handle_table.h     open file and directory handles
 //   path.h             name and path syntax (one errno table)
-//   namespace_ops.cc   lookup, attributes, mkdir/rmdir, unlink, rename,
-//                      directory listings
+//   namespace_ops.cc   lookup, attributes, mkdir/rmdir, unlink, rename
+//                      (checks; the change is a NameChange), listings
 //   changes.cc         building index changes, the committer's callbacks,
 //                      freeing replaced extents after readers
 //   file_ops.cc        create/open/flush/release/fsync/fallocate, read(2)
@@ -61,6 +70,7 @@
 #include "fs/path.h"
 #include "fs/prefetcher.h"
 #include "fs/read_verify.h"
+#include "fs/ram_cache.h"
 #include "fs/retained_pins.h"
 #include "fs/staged_inodes.h"
 #include "fs/stats.h"
@@ -76,8 +86,7 @@ void InstallExtents(ChunkState& cs, uint64_t ci, const std::vector<Extent>& allo
 
 class FileSystem::Impl {
  public:
-  Impl(volume::Volume& volume, const FileSystemOptions& options,
-       std::unique_ptr<CacheRegistrar> cache_registrar, std::unique_ptr<BuddyArena> cache_arena);
+  Impl(volume::Volume& volume, const FileSystemOptions& options, std::unique_ptr<RamCache> ram);
   ~Impl();
 
   // --- file_system.cc
@@ -87,8 +96,6 @@ class FileSystem::Impl {
   Result<uint64_t> ResolvePath(std::string_view path);
   Status DropCache();
   StatsSnapshot Stats();
-  // The RAM cache as operators see it: the chunk cache and file memory.
-  CacheStats CacheView() const;
   static Attr ToAttr(const index::Inode& rec);
   // The scheduler's options: the engine's defaults with options.lane_commands.
   static io::SchedulerOptions LaneOptions(const volume::Volume& volume,
@@ -376,9 +383,7 @@ class FileSystem::Impl {
   // CurrentMemory unless its load failed. REQUIRES: i->mu held.
   std::shared_ptr<FileMemory> HeldMemory(const InodeRef& i);
   // Loaded speculatively and not read yet, chunk cache and file memory.
-  uint64_t SpeculativeBytes() const {
-    return cache_->unused_prefetch_bytes() + (memory_ ? memory_->unused_prefetch_bytes() : 0);
-  }
+  uint64_t SpeculativeBytes() const { return ram_->speculative_bytes(); }
   // Whether `i` may be loaded into file memory: a regular file of at least
   // kMinFileMemoryBytes and at most prefetch_file_max_bytes, with a
   // version to hold.
@@ -438,13 +443,9 @@ class FileSystem::Impl {
   // verify=on: checks extents read from the device (fs/read_verify.h).
   ReadVerifier verifier_{options_.verify_reads};
   FsMetrics metrics_;
-  // The cache's memory; destroyed after the cache and its entries, and
-  // after the registrar has unregistered it.
-  std::unique_ptr<BuddyArena> cache_arena_;
-  std::unique_ptr<CacheRegistrar> cache_registrar_;
-  std::unique_ptr<ChunkCache> cache_;
-  // Per-file memory (options_.file_memory), else null.
-  std::unique_ptr<FileMemoryCache> memory_;
+  // The chunk cache and file memory, with their memory and its
+  // registration (fs/ram_cache.h).
+  std::unique_ptr<RamCache> ram_;
 
   // Lock order: ns_.mu() (fs/namespace.h), then an InodeState's mu, then
   // the table's, handles', staged_'s, the retained pins' and the

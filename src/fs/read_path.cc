@@ -29,7 +29,7 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
       if (pread(m->fd(), dst, len, static_cast<off_t>(off)) == static_cast<ssize_t>(len)) return;
     } else if (end <= m->mapped()) {
       std::memcpy(dst, m->data() + off, len);
-      memory_->MarkUsed(*m);
+      ram_->memory()->MarkUsed(*m);
       return;
     }
   }
@@ -61,7 +61,7 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
       continue;
     }
     const ChunkState& cs = it->second;
-    std::shared_ptr<CachedChunk> cached = cache_->Get(i->token, ci, cs.installed_seq);
+    std::shared_ptr<CachedChunk> cached = ram_->chunks().Get(i->token, ci, cs.installed_seq);
     if (cached && cached->state() == CachedChunk::State::kFailed) cached.reset();
     if (!cached && verifier_.enabled()) {
       // verify=on: load the whole chunk once, checked (fs/read_verify.h).

@@ -405,7 +405,7 @@ void FileSystem::Impl::OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr
       InstallExtents(cs, ci, cb->alloc, crcs);
       cs.installed_seq = cb->seq;
       cs.failed = false;
-      cache_->Erase(inode->token, ci);  // an older version's bytes
+      ram_->chunks().Erase(inode->token, ci);  // an older version's bytes
       if (!inode->data_change_queued) {
         inode->data_change_queued = true;
         data_change = NewChange();
@@ -454,7 +454,7 @@ Status FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) 
     for (auto it = inode->chunks.lower_bound(first_dropped); it != inode->chunks.end();) {
       for (auto& fe : it->second.extents) inode->free_pending.push_back(fe.ext);
       if (it->second.staged) FreeNow(it->second.staged->alloc);
-      cache_->Erase(inode->token, it->first);
+      ram_->chunks().Erase(inode->token, it->first);
       it = inode->chunks.erase(it);
     }
     // Keep surviving in-flight chunks current despite the new epoch.
