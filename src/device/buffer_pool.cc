@@ -83,7 +83,9 @@ BufferPool::~BufferPool() { ::munmap(map_base_, map_bytes_); }
 
 PoolBuffer BufferPool::Acquire() {
   MutexLock l(mu_);
+  ++waiters_;
   while (free_.empty()) cv_.Wait(l);
+  --waiters_;
   char* d = free_.back();
   free_.pop_back();
   return PoolBuffer(this, d, slot_bytes_);
@@ -100,6 +102,11 @@ PoolBuffer BufferPool::TryAcquire() {
 size_t BufferPool::free_slots() const {
   MutexLock l(mu_);
   return free_.size();
+}
+
+size_t BufferPool::waiters() const {
+  MutexLock l(mu_);
+  return waiters_;
 }
 
 void BufferPool::Release(char* data) {

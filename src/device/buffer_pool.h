@@ -56,6 +56,9 @@ class BufferPool {
   size_t slot_bytes() const { return slot_bytes_; }
   size_t slot_count() const { return slots_; }
   size_t free_slots() const;
+  // Callers blocked in Acquire() now (so a test sees a waiter without
+  // sleeping).
+  size_t waiters() const;
   char* region() const { return region_; }
   size_t region_bytes() const { return slot_bytes_ * slots_; }
   bool Contains(const void* p, size_t len) const {
@@ -76,6 +79,7 @@ class BufferPool {
   mutable Mutex mu_;
   CondVar cv_;
   std::vector<char*> free_ GUARDED_BY(mu_);
+  size_t waiters_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvfs::device

@@ -1,5 +1,7 @@
 #include "fs/atime.h"
 
+#include <algorithm>
+
 #include "fs/file_system_impl.h"
 
 namespace kvfs::fs {
@@ -15,6 +17,7 @@ void AtimeLog::Add(InodePin pin) {
   {
     MutexLock l(mu_);
     dirty_.push_back(std::move(pin));
+    ++added_;
     early = dirty_.size() == kEarlyFlush;
   }
   if (early) cv_.NotifyAll();
@@ -23,13 +26,26 @@ void AtimeLog::Add(InodePin pin) {
 void AtimeLog::Flush() {
   MutexLock f(flush_mu_);
   std::vector<InodePin> pins;
+  uint64_t covered;
   {
     MutexLock l(mu_);
     pins.swap(dirty_);
+    covered = added_;
   }
   if (pins.empty()) return;
-  flushes_.fetch_add(1, std::memory_order_relaxed);
   flush_(std::move(pins));
+  flushes_.fetch_add(1, std::memory_order_relaxed);
+  {
+    MutexLock l(mu_);
+    flushed_ = std::max(flushed_, covered);
+  }
+  cv_.NotifyAll();
+}
+
+void AtimeLog::WaitFlushed() {
+  MutexLock l(mu_);
+  const uint64_t target = added_;
+  while (!stop_ && flushed_ < target) cv_.Wait(l);
 }
 
 void AtimeLog::Stop() {

@@ -78,7 +78,12 @@ class AtimeLog {
   void Flush();
   // Stops the thread (no flush: Shutdown() calls Flush() first).
   void Stop();
-  // Flushes run so far and atimes moved so far (stats).
+  // Test hook: returns once every inode added before the call has been
+  // flushed (its change queued), by the log's thread or Flush(); or at
+  // Stop(). Starts no flush itself.
+  void WaitFlushed();
+  // Flushes run so far (their changes queued) and atimes moved so far
+  // (stats).
   uint64_t flushes() const { return flushes_.load(std::memory_order_relaxed); }
   uint64_t updates() const { return updates_.load(std::memory_order_relaxed); }
 
@@ -91,6 +96,8 @@ class AtimeLog {
   CondVar cv_;
   std::vector<InodePin> dirty_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
+  // Inodes added, and of those the first `flushed_` flushed (WaitFlushed).
+  uint64_t added_ GUARDED_BY(mu_) = 0, flushed_ GUARDED_BY(mu_) = 0;
   // Serializes flushes (the thread's and Flush()'s), so that changes are
   // queued in the order the atimes were taken.
   Mutex flush_mu_;

@@ -96,6 +96,7 @@ bool Evictor::PassTo(uint64_t target, bool paced) {
     cv_.notify_all();
     if (paced) std::this_thread::sleep_for(kPace);
   }
+  passes_done_.fetch_add(1, std::memory_order_relaxed);
   return any;
 }
 
@@ -154,10 +155,14 @@ void Evictor::Loop() {
   // Linux's nice is per thread: this one only.
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   std::chrono::steady_clock::time_point quiet_until{};
-  for (;;) {
+  for (bool looked = false;; looked = true) {
     uint64_t asked = 0, target = 0;
     {
       std::unique_lock<std::mutex> l(mu_);
+      if (looked) {  // the round before this one is over (WaitIdle)
+        ++looks_;
+        cv_.notify_all();
+      }
       cv_.wait_for(l, kPoll, [&] { return kicked_ || stop_; });
       if (stop_) {
         requests_served_ = requests_asked_;  // RunPass callers return
@@ -189,11 +194,25 @@ void Evictor::Loop() {
   }
 }
 
+void Evictor::WaitIdle() {
+  std::unique_lock<std::mutex> l(mu_);
+  // The round under way may have looked before the caller's change: wait
+  // for the one after it, which starts at once (kicked_ means "look now";
+  // a pass starts only if the space used calls for one).
+  const uint64_t after = looks_ + 2;
+  kicked_ = true;
+  cv_.notify_all();
+  cv_.wait(l, [&] {
+    return stop_ || (looks_ >= after && requests_served_ >= requests_asked_);
+  });
+}
+
 EvictionCounters Evictor::counters() const {
   EvictionCounters c;
   c.files = files_.load(std::memory_order_relaxed);
   c.bytes = bytes_.load(std::memory_order_relaxed);
   c.passes = passes_.load(std::memory_order_relaxed);
+  c.passes_done = passes_done_.load(std::memory_order_relaxed);
   c.writer_waits = waits_.load(std::memory_order_relaxed);
   c.writer_wait_ns = wait_ns_.load(std::memory_order_relaxed);
   c.last_age_ns = last_age_ns_.load(std::memory_order_relaxed);

@@ -1,15 +1,11 @@
 // Eviction: capacity watermarks. When the data space used reaches the high
-// watermark, a background pass unlinks the least recently used files
-// (fs/recency.h) until it is down to the low one; a writer that finds the
-// volume full while something is evictable waits for the pass (bounded),
-// then gets ENOSPC.
+// watermark, a background pass unlinks files in the victim order
+// (fs/victim_order.h: least recently used first) until it is down to the
+// low one; a writer that finds the volume full while something is
+// evictable waits for the pass (bounded), then gets ENOSPC.
 //
-// What is never evicted (checked by FileSystem::Impl::EvictBatch, under the
-// namespace lock and the file's mutex): a directory, a control file, a file
-// open by anyone (an unlinked open file has no name to evict), a file with
-// staged, in-flight or uncommitted data, a file with more than one link, a
-// file used within min_age, and with scope=xattr a file with no ancestor
-// directory marked user.kvfs.evict=lru. An eviction is an unlink through the
+// What is never evicted (open files, uncommitted data, recent uses, out of
+// scope) is fs/eviction_rules.h's. An eviction is an unlink through the
 // ordered commit: crash-safe as unlink(2) is, its space free once committed.
 //
 // The Evictor here is the policy: when a pass runs, how far, in batches of
@@ -57,6 +53,7 @@ struct EvictionCounters {
   uint64_t files = 0;
   uint64_t bytes = 0;
   uint64_t passes = 0;
+  uint64_t passes_done = 0;  // passes finished; == passes: none is running
   uint64_t writer_waits = 0;
   uint64_t writer_wait_ns = 0;
   int64_t last_age_ns = 0;  // age (now - last use) of the last file evicted
@@ -125,6 +122,12 @@ class Evictor {
   // or the wait is over.
   Status ReserveWaiting(const std::function<Status()>& reserve, uint64_t bytes);
 
+  // Test hook: returns once the pass thread has looked at the space used
+  // (and run the pass that called for, if any) after this call, with no
+  // RunPass request pending. So "nothing is evicted" is proven by a look
+  // that found nothing to do, not by a sleep.
+  void WaitIdle();
+
   EvictionCounters counters() const;
   const EvictionOptions& options() const { return options_; }
 
@@ -149,7 +152,8 @@ class Evictor {
   bool stop_ = false;    // GUARDED_BY(mu_)
   std::deque<Gone> gone_;  // GUARDED_BY(mu_), for the notify thread
   bool notify_done_ = false;  // GUARDED_BY(mu_)
-  std::atomic<uint64_t> files_{0}, bytes_{0}, passes_{0}, waits_{0}, wait_ns_{0};
+  uint64_t looks_ = 0;         // rounds of Loop() finished; GUARDED_BY(mu_)
+  std::atomic<uint64_t> files_{0}, bytes_{0}, passes_{0}, passes_done_{0}, waits_{0}, wait_ns_{0};
   std::atomic<int64_t> last_age_ns_{0};
   // Last: started once everything above is set.
   std::thread thread_;

@@ -190,6 +190,7 @@ StatsSnapshot FileSystem::Impl::Stats() {
     s.evicted_files = e.files;
     s.evicted_bytes = e.bytes;
     s.evict_passes = e.passes;
+    s.evict_passes_done = e.passes_done;
     s.evict_writer_waits = e.writer_waits;
     s.evict_writer_wait_ns = e.writer_wait_ns;
     s.evict_last_age_ns = e.last_age_ns;
@@ -460,6 +461,12 @@ void FileSystem::ExistsPaths(uint64_t dir, std::span<const std::string_view> pat
 }
 void FileSystem::WaitPrefetchIdle() { impl_->prefetcher_->WaitIdle(); }
 void FileSystem::WaitCommitsStalled() { impl_->committer_->WaitStalled(); }
+
+void FileSystem::WaitEvictorIdle() {
+  if (impl_->evictor_) impl_->evictor_->WaitIdle();
+}
+
+void FileSystem::WaitAtimesFlushed() { impl_->atime_->WaitFlushed(); }
 Result<uint64_t> FileSystem::PrefetchFile(uint64_t dir, std::string_view path,
                                           const Caller& caller) {
   return Run(Call::kPrefetchFile, [&] { return impl_->PrefetchFile(dir, path, caller); });

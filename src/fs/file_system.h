@@ -417,6 +417,13 @@ class FileSystem {
   // Returns once the committer waits with nothing it may commit (every
   // queued change is committed or held back by a data write in flight).
   void WaitCommitsStalled();
+  // Returns once the eviction pass thread has looked at the space used
+  // after the call and run what that called for (Evictor::WaitIdle); at
+  // once with eviction off.
+  void WaitEvictorIdle();
+  // Returns once every atime moved before the call has been flushed by the
+  // atime log (its change queued; AtimeLog::WaitFlushed).
+  void WaitAtimesFlushed();
 
   // Implementation details follow.
   class Impl;

@@ -71,10 +71,10 @@
 #include "fs/prefetcher.h"
 #include "fs/read_verify.h"
 #include "fs/ram_cache.h"
-#include "fs/recency.h"
 #include "fs/retained_pins.h"
 #include "fs/staged_inodes.h"
 #include "fs/stats.h"
+#include "fs/victim_order.h"
 #include "io/scheduler.h"
 
 namespace kvfs::fs {
@@ -229,23 +229,21 @@ class FileSystem::Impl {
   void FlushAtimes(std::vector<InodePin> pins);
 
   // --- eviction_ops.cc (fs/eviction.h)
-  // With -o evict=lru: rebuilds the recency order from the index and
+  // With -o evict=lru: rebuilds the victim order from the index and
   // starts the Evictor. Called once, at construction.
   void StartEviction();
   // A use of `i` for the eviction order: lookup, getattr and the batch's
   // STAT (NoteUse covers open, read and READ). One atomic store, after the
   // file's first use; nothing without eviction. REQUIRES: i.mu held.
   void UsedForEviction(InodeState& i, int64_t now_ns) {
-    if (!recency_ || !i.is_reg()) return;
-    if (!i.use_stamp) i.use_stamp = recency_->StampOf(i.ino);
+    if (!victims_ || !i.is_reg()) return;
+    if (!i.use_stamp) i.use_stamp = victims_->StampOf(i.ino);
     i.use_stamp->Use(now_ns);
   }
-  // The Evictor's batch: unlinks up to `max_files` of the oldest
-  // evictable files, until `bytes` are evicted. Takes ns_.mu().
+  // The Evictor's batch: unlinks up to `max_files` files the victim order
+  // offers and the rules (fs/eviction_rules.h) let go, until `bytes` are
+  // evicted. Takes ns_.mu().
   Evictor::Batch EvictBatch(size_t max_files, uint64_t bytes, std::vector<Evictor::Gone>* gone);
-  // scope=xattr: whether directory `dir` or the nearest of its ancestors
-  // with user.kvfs.evict says lru.
-  bool InEvictScope(uint64_t dir) REQUIRES(ns_.mu());
   void SetEvictionListener(std::function<void(uint64_t, std::string_view, uint64_t)> fn);
 
   // --- whole_file_write.cc: one WriteFile call in flight.
@@ -295,7 +293,7 @@ class FileSystem::Impl {
   // A builder for one name change (fs/name_change.h), stamped now, telling
   // the eviction order; ns_.mu() stays held until it is queued.
   NameChange NewNameChange() REQUIRES(ns_.mu()) {
-    return NameChange(table_, recency_.get(), NowNs());
+    return NameChange(table_, victims_.get(), NowNs());
   }
   // Queues a built name change: its entries become pending, then the
   // committer has it.
@@ -335,11 +333,17 @@ class FileSystem::Impl {
   // Pool buffer for staging; pushes staged chunks out while none is free.
   // REQUIRES: no inode->mu held.
   device::PoolBuffer AcquireBuffer();
-  // Runs `reserve` (a space allocation); when it fails with ENOSPC, waits
-  // for the queued commits (unlinks free space as they land) and runs it
-  // once more. `lock`, if given, is released for the wait (the caller
-  // re-checks what it guards). Returns what the last run returned.
-  Status WithSpace(const std::function<Status()>& reserve, std::unique_lock<std::mutex>* lock);
+  // Every space reservation goes through here. Runs `reserve` (an
+  // allocation of `bytes`); when it fails with ENOSPC, waits for the queued
+  // commits (unlinks free space as they land) and runs it once more; if the
+  // volume is still full and eviction is on, wakes the evictor and waits
+  // for it, up to evict_wait_ms (Evictor::ReserveWaiting). A reservation
+  // that succeeds tells the evictor (a pass starts at the high watermark).
+  // `lock`, if given, is released for the waits (the caller re-checks what
+  // it guards). Returns what the last run returned: ENOSPC when nothing
+  // could be freed in time.
+  Status WithSpace(uint64_t bytes, const std::function<Status()>& reserve,
+                   std::unique_lock<std::mutex>* lock);
 
   // --- cache_loads.cc
   // The cache entry holding all of [off, off + len) of one chunk, loaded or
@@ -446,7 +450,7 @@ class FileSystem::Impl {
   // Lock order: ns_.mu() (fs/namespace.h), then an InodeState's mu, then
   // the table's, handles', staged_'s, the retained pins' and the
   // committer's.
-  // The eviction order's (recency_) is taken last, after any of them.
+  // The victim order's (victims_) is taken last, after any of them.
   Namespace ns_{volume_.index(), kEntryCacheBytes};
 
   // Declared before everything that holds pins (the committer's queued
@@ -468,9 +472,9 @@ class FileSystem::Impl {
   // Holds pins (table_) and queues changes (committer_): stopped and
   // destroyed before both.
   std::unique_ptr<AtimeLog> atime_;
-  // With eviction on (else null): the LRU order and the pass thread, which
-  // unlinks through everything above; stopped at Shutdown().
-  std::unique_ptr<Recency> recency_;
+  // With eviction on (else null): the victim order and the pass thread,
+  // which unlinks through everything above; stopped at Shutdown().
+  std::unique_ptr<VictimOrder> victims_;
   std::unique_ptr<Evictor> evictor_;
   std::mutex listener_mu_;  // taken alone, on the Evictor's notify thread
   std::function<void(uint64_t, std::string_view, uint64_t)> evict_listener_;  // GUARDED_BY(listener_mu_)

@@ -29,7 +29,7 @@
 
 #include "common/extent.h"
 #include "device/buffer_pool.h"
-#include "fs/recency.h"
+#include "fs/victim_order.h"
 #include "index/records.h"
 
 namespace kvfs::fs {
@@ -126,7 +126,7 @@ struct InodeState {
   // until it is flushed (fs/atime.h). GUARDED_BY(mu)
   bool atime_dirty = false;
   // With eviction on, the file's last use, shared with its node in the
-  // eviction order (fs/recency.h): a use is one atomic store, whatever the
+  // eviction order (fs/victim_order.h): a use is one atomic store, whatever the
   // atime mode. Set at its first use. The pointer: GUARDED_BY(mu).
   std::shared_ptr<UseStamp> use_stamp;
 

@@ -1,6 +1,6 @@
 // NameObserver: told of every name a regular file takes, moves to or loses,
 // as NameChange (fs/name_change.h) applies it. The eviction order
-// (fs/recency.h) implements it, so that it tracks every name change the
+// (fs/victim_order.h; Recency) implements it, so that it tracks every name change the
 // namespace makes without each change calling it by hand.
 //
 // Thread safety: called with the namespace lock held exclusively (one

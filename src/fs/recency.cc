@@ -8,8 +8,8 @@ void Recency::Place(uint64_t ino, Node& n) {
   order_.insert({n.placed_ns, ino});
 }
 
-void Recency::Insert(uint64_t ino, uint64_t parent, std::string_view name, int64_t now_ns) {
-  std::lock_guard<std::mutex> l(mu_);
+void Recency::Named(uint64_t ino, uint64_t parent, std::string_view name, int64_t now_ns) {
+  MutexLock l(mu_);
   auto [it, fresh] = nodes_.try_emplace(ino);
   Node& n = it->second;
   if (fresh) {
@@ -24,36 +24,37 @@ void Recency::Insert(uint64_t ino, uint64_t parent, std::string_view name, int64
 }
 
 std::shared_ptr<UseStamp> Recency::StampOf(uint64_t ino) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = nodes_.find(ino);
   return it != nodes_.end() ? it->second.stamp : std::make_shared<UseStamp>();
 }
 
 void Recency::Touch(uint64_t ino, int64_t now_ns) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = nodes_.find(ino);
   if (it != nodes_.end()) it->second.stamp->Use(now_ns);
 }
 
-void Recency::Rename(uint64_t ino, uint64_t parent, std::string_view name) {
-  std::lock_guard<std::mutex> l(mu_);
+void Recency::Moved(uint64_t ino, uint64_t parent, std::string_view name) {
+  MutexLock l(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   it->second.parent = parent;
   it->second.name.assign(name);
 }
 
-void Recency::Remove(uint64_t ino) {
-  std::lock_guard<std::mutex> l(mu_);
+void Recency::Unnamed(uint64_t ino) {
+  MutexLock l(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return;
   order_.erase({it->second.placed_ns, ino});
   nodes_.erase(it);
 }
 
-std::vector<Recency::Entry> Recency::Oldest(size_t n, const std::unordered_set<uint64_t>& pass_over) {
-  std::lock_guard<std::mutex> l(mu_);
-  std::vector<Entry> out;
+std::vector<VictimOrder::Candidate> Recency::Next(size_t n,
+                                                  const std::unordered_set<uint64_t>& pass_over) {
+  MutexLock l(mu_);
+  std::vector<Candidate> out;
   for (auto it = order_.begin(); it != order_.end() && out.size() < n;) {
     const auto [placed, ino] = *it;
     Node& node = nodes_.find(ino)->second;
@@ -68,14 +69,16 @@ std::vector<Recency::Entry> Recency::Oldest(size_t n, const std::unordered_set<u
       if (it == order_.end() || *placed_again < *it) it = placed_again;
       continue;
     }
-    if (!pass_over.contains(ino)) out.push_back(Entry{ino, node.parent, node.name, placed, node.stamp});
+    if (!pass_over.contains(ino)) {
+      out.push_back(Candidate{ino, node.parent, node.name, placed, node.stamp});
+    }
     ++it;
   }
   return out;
 }
 
 size_t Recency::size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return nodes_.size();
 }
 

@@ -132,6 +132,7 @@ struct StatsSnapshot {
   int64_t evict_min_age_ns = 0;
   bool evict_scope_xattr = false;  // only trees marked user.kvfs.evict=lru
   uint64_t evicted_files = 0, evicted_bytes = 0, evict_passes = 0;
+  uint64_t evict_passes_done = 0;  // finished; == evict_passes: none running
   uint64_t evict_writer_waits = 0, evict_writer_wait_ns = 0;
   int64_t evict_last_age_ns = 0;  // now - last use of the last file evicted
 };

@@ -192,6 +192,7 @@ void FileSystem::Impl::WriteFile(uint64_t dir, std::string_view path, std::span<
     if (!st.ok()) return ws->done(st);
   }
   Status st = WithSpace(
+      AlignUp(ws->size, kBlockSize),
       [&] {
         // The inode does not exist yet: its name spreads it over the devices.
         const uint64_t seed =

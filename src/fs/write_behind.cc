@@ -65,7 +65,7 @@ void InstallExtents(ChunkState& cs, uint64_t ci, const std::vector<Extent>& allo
   }
 }
 
-Status FileSystem::Impl::WithSpace(const std::function<Status()>& reserve,
+Status FileSystem::Impl::WithSpace(uint64_t bytes, const std::function<Status()>& reserve,
                                    std::unique_lock<std::mutex>* lock) {
   Status st = reserve();
   if (st.code() != ENOSPC) {
@@ -90,7 +90,7 @@ Status FileSystem::Impl::WithSpace(const std::function<Status()>& reserve,
             if (lock) lock->unlock();
             return r;
           },
-          kChunkBytes);
+          bytes);
       if (lock) lock->lock();
     }
   }
@@ -115,6 +115,7 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
   uint64_t want = kChunkBytes;
   std::vector<Extent> alloc;
   Status reserved = WithSpace(
+      kChunkBytes,
       [&]() -> Status {
         const volume::PlacementHint hint{inode->ino, ci};
         auto a = volume_.Allocate(want, hint);
@@ -250,15 +251,32 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
     }
     ChunkBuf& cb = *i->chunks[ci].staged;
     // Grow the reservation if the chunk was staged with less space.
-    uint64_t need = AlignUp(std::max(hi, cb.valid), kBlockSize);
-    uint64_t have = TotalLen(cb.alloc);
+    const uint64_t need = AlignUp(std::max(hi, cb.valid), kBlockSize);
+    const uint64_t have = TotalLen(cb.alloc);
     if (need > have) {
-      auto more = volume_.Allocate(need - have, volume::PlacementHint{i->ino, ci});
-      if (!more.ok()) {
-        if (pos > off) break;
-        return more.status();
+      const std::shared_ptr<ChunkBuf> staged = i->chunks[ci].staged;  // compared after the wait
+      std::vector<Extent> more;
+      Status st = WithSpace(
+          need - have,
+          [&]() -> Status {
+            auto a = volume_.Allocate(need - have, volume::PlacementHint{i->ino, ci});
+            if (!a.ok()) return a.status();
+            more = std::move(a).value();
+            return Status::OK();
+          },
+          &lock);
+      // The lock may have been dropped for the wait: the chunk may have
+      // been pushed out, truncated or restaged meanwhile. Look again.
+      if (i->chunks[ci].staged == staged) {
+        staged->alloc.insert(staged->alloc.end(), more.begin(), more.end());
+      } else {
+        FreeNow(more);
       }
-      cb.alloc.insert(cb.alloc.end(), more->begin(), more->end());
+      if (!st.ok()) {
+        if (pos > off) break;
+        return st;
+      }
+      continue;
     }
     cb.ZeroTo(lo);  // a gap before this write reads as zeros
     std::memcpy(cb.buf.data() + lo, data.data() + (pos - off), hi - lo);

@@ -99,6 +99,7 @@ std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
                    {"files", s.evicted_files},
                    {"bytes", s.evicted_bytes},
                    {"passes", s.evict_passes},
+                   {"passes_done", s.evict_passes_done},
                    {"writer_waits", s.evict_writer_waits},
                    {"writer_wait_s", static_cast<double>(s.evict_writer_wait_ns) / 1e9},
                    {"last_age_s", static_cast<double>(s.evict_last_age_ns) / 1e9}};

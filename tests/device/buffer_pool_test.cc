@@ -5,7 +5,6 @@
 #include <atomic>
 #include <set>
 #include <vector>
-#include <chrono>
 #include <thread>
 
 #include "common/format.h"
@@ -67,7 +66,7 @@ TEST(BufferPool, AcquireBlocksUntilASlotIsReturned) {
     PoolBuffer b = (*pool)->Acquire();
     got = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while ((*pool)->waiters() == 0) std::this_thread::yield();  // it is blocked in Acquire
   EXPECT_FALSE(got.load());
   held = PoolBuffer();
   t.join();

@@ -85,8 +85,9 @@ TEST(EvictorTest, PassRunsFromHighToLowWatermark) {
   Evictor e(Options(), v.Hooks());
   v.Fill(890, 89);
   e.Allocated();  // below the high mark: nothing happens
-  std::this_thread::sleep_for(Evictor::kPoll * 3);
+  e.WaitIdle();    // the pass thread looked since, and found nothing to do
   EXPECT_EQ(v.Used(), 890u);
+  EXPECT_EQ(e.counters().passes, 0u);
   v.Fill(950, 95);
   e.Allocated();
   WaitFor([&] { return v.Used() <= 800; });
@@ -95,6 +96,9 @@ TEST(EvictorTest, PassRunsFromHighToLowWatermark) {
   EXPECT_EQ(c.files, 15u);
   EXPECT_EQ(c.bytes, 150u);
   EXPECT_GE(c.passes, 1u);
+  e.WaitIdle();
+  EXPECT_EQ(v.Used(), 800u);  // nothing more once idle
+  EXPECT_EQ(e.counters().passes_done, e.counters().passes);
   WaitFor([&] {
     std::lock_guard<std::mutex> l(v.mu);
     return v.told.size() == 15;

@@ -12,7 +12,7 @@
 namespace kvfs::fs {
 namespace {
 
-std::vector<uint64_t> Inos(const std::vector<Recency::Entry>& v) {
+std::vector<uint64_t> Inos(const std::vector<VictimOrder::Candidate>& v) {
   std::vector<uint64_t> out;
   for (const auto& e : v) out.push_back(e.ino);
   return out;
@@ -20,37 +20,37 @@ std::vector<uint64_t> Inos(const std::vector<Recency::Entry>& v) {
 
 TEST(RecencyTest, OldestFollowsUsesThroughStampsAndTouch) {
   Recency r;
-  for (uint64_t i = 1; i <= 5; ++i) r.Insert(i, 1, "f" + std::to_string(i), int64_t(i) * 10);
-  EXPECT_EQ(Inos(r.Oldest(10, {})), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  for (uint64_t i = 1; i <= 5; ++i) r.Named(i, 1, "f" + std::to_string(i), int64_t(i) * 10);
+  EXPECT_EQ(Inos(r.Next(10, {})), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
   // A use through the shared stamp (what a read does) and one through Touch.
   r.StampOf(2)->Use(100);
   r.Touch(1, 90);
-  EXPECT_EQ(Inos(r.Oldest(10, {})), (std::vector<uint64_t>{3, 4, 5, 1, 2}));
+  EXPECT_EQ(Inos(r.Next(10, {})), (std::vector<uint64_t>{3, 4, 5, 1, 2}));
   // An earlier use racing a later one does not move the stamp back.
   r.StampOf(3)->Use(200);
   r.StampOf(3)->Use(95);
-  EXPECT_EQ(Inos(r.Oldest(2, {})), (std::vector<uint64_t>{4, 5}));
-  EXPECT_EQ(Inos(r.Oldest(3, {4})), (std::vector<uint64_t>{5, 1, 2}));
-  EXPECT_EQ(r.Oldest(1, {}).front().last_use_ns, 40);
+  EXPECT_EQ(Inos(r.Next(2, {})), (std::vector<uint64_t>{4, 5}));
+  EXPECT_EQ(Inos(r.Next(3, {4})), (std::vector<uint64_t>{5, 1, 2}));
+  EXPECT_EQ(r.Next(1, {}).front().last_use_ns, 40);
 }
 
 TEST(RecencyTest, RenameRemoveAndUntrackedFiles) {
   Recency r;
-  r.Insert(7, 1, "tmp", 10);
-  r.Insert(8, 1, "other", 20);
-  r.Rename(7, 3, "final");
-  auto o = r.Oldest(1, {});
+  r.Named(7, 1, "tmp", 10);
+  r.Named(8, 1, "other", 20);
+  r.Moved(7, 3, "final");
+  auto o = r.Next(1, {});
   ASSERT_EQ(o.size(), 1u);
   EXPECT_EQ(o[0].parent, 3u);
   EXPECT_EQ(o[0].name, "final");
   EXPECT_EQ(o[0].last_use_ns, 10);  // a rename is not a use
-  r.Remove(7);
-  EXPECT_EQ(Inos(r.Oldest(10, {})), (std::vector<uint64_t>{8}));
+  r.Unnamed(7);
+  EXPECT_EQ(Inos(r.Next(10, {})), (std::vector<uint64_t>{8}));
   // A file not tracked gets a stamp of its own: its uses change nothing.
   r.StampOf(99)->Use(5);
   r.Touch(99, 5);
   EXPECT_EQ(r.size(), 1u);
-  EXPECT_EQ(Inos(r.Oldest(10, {})), (std::vector<uint64_t>{8}));
+  EXPECT_EQ(Inos(r.Next(10, {})), (std::vector<uint64_t>{8}));
 }
 
 // Against a plain LRU list: random creates, uses and removes.
@@ -64,7 +64,7 @@ TEST(RecencyTest, MatchesAnLruModel) {
     ++now;
     const int op = int(rng() % 10);
     if (op < 2 || model.empty()) {
-      r.Insert(next, 1, "n", now);
+      r.Named(next, 1, "n", now);
       model.push_back(next++);
     } else {
       auto it = model.begin();
@@ -72,7 +72,7 @@ TEST(RecencyTest, MatchesAnLruModel) {
       const uint64_t ino = *it;
       model.erase(it);
       if (op == 9) {
-        r.Remove(ino);
+        r.Unnamed(ino);
       } else {
         (op < 6 ? r.StampOf(ino)->Use(now) : r.Touch(ino, now));
         model.push_back(ino);
@@ -82,7 +82,7 @@ TEST(RecencyTest, MatchesAnLruModel) {
       const size_t n = std::min<size_t>(model.size(), 16);
       std::vector<uint64_t> want(model.begin(), std::next(model.begin(), n));
       ASSERT_EQ(r.size(), model.size()) << "step " << step;
-      ASSERT_EQ(Inos(r.Oldest(n, {})), want) << "step " << step;
+      ASSERT_EQ(Inos(r.Next(n, {})), want) << "step " << step;
     }
   }
   EXPECT_EQ(r.size(), model.size());

@@ -118,17 +118,25 @@ def test_a_crash_loses_at_most_the_flush_interval(make_volume):
     from conftest import FUSERMOUNT, _live_mounts
     v = make_volume("crash", options="atime_flush_s=1")
     v.mount.start()
-    flushed, lost = v.p("flushed"), v.p("lost")
+    flushed, lost, marker = v.p("flushed"), v.p("lost"), v.p("marker")
     make(flushed)
     make(lost)
+    make(marker)
     os.sync()
     time.sleep(0.01)
     read(flushed)
     kept = os.stat(flushed).st_atime_ns
-    deadline = time.monotonic() + 10
-    while stats(v)["atime"]["flushes"] == 0 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while stats(v)["atime"]["flushes"] == 0:  # counted once its change is queued
+        assert time.monotonic() < deadline, "no atime flush in 60 s"
         time.sleep(0.05)
-    time.sleep(0.2)  # the flush's change commits (5 ms group interval)
+    # Changes commit in the order queued: once an fsync's change is
+    # committed, so is the flush's before it.
+    fd = os.open(marker, os.O_WRONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     before = os.stat(lost).st_atime_ns
     read(lost)
     assert os.stat(lost).st_atime_ns > before
