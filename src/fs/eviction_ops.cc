@@ -16,7 +16,7 @@ namespace kvfs::fs {
 
 void FileSystem::Impl::StartEviction() {
   if (!options_.eviction.enabled) return;
-  victims_ = std::make_unique<Recency>();
+  auto victims = std::make_unique<Recency>();
   // One scan of the inodes (the atimes of regular files) and
   // one of the entries (their names): O(files) index reads and ~100 bytes
   // of memory per file plus its name.
@@ -44,7 +44,7 @@ void FileSystem::Impl::StartEviction() {
     });
   }
   if (!st.ok()) spdlog::warn("eviction: rebuilding the recency order: {}", st.ToString());
-  for (const Named& e : files) victims_->Named(e.ino, e.parent, e.name, e.last_use_ns);
+  for (const Named& e : files) victims->Named(e.ino, e.parent, e.name, e.last_use_ns);
   spdlog::info("eviction: recency order of {} files rebuilt from atimes in {} ms", files.size(),
                std::chrono::duration_cast<std::chrono::milliseconds>(
                    std::chrono::steady_clock::now() - start)
@@ -58,11 +58,7 @@ void FileSystem::Impl::StartEviction() {
     return EvictBatch(max_files, bytes, gone);
   };
   hooks.commit = [this] { committer_->Drain(false).ignore(); };  // errors surface on the next call
-  hooks.evicted = [this](const Evictor::Gone& g) {
-    std::lock_guard<std::mutex> l(listener_mu_);
-    if (evict_listener_) evict_listener_(g.parent, g.name, g.ino);
-  };
-  evictor_ = std::make_unique<Evictor>(options_.eviction, std::move(hooks));
+  eviction_.Start(std::move(victims), options_.eviction, std::move(hooks));
 }
 
 Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
@@ -74,9 +70,10 @@ Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
   const int64_t now = NowNs();
   const EvictionRules rules(options_.eviction, table_);
   std::unordered_set<uint64_t> kept;  // looked at and kept: passed over
+  VictimOrder& victims = *eviction_.order();
   NamespaceWriteLock ns(ns_.mu());
   for (;;) {
-    std::vector<VictimOrder::Candidate> cands = victims_->Next(max_files, kept);
+    std::vector<VictimOrder::Candidate> cands = victims.Next(max_files, kept);
     if (cands.empty()) return b;
     for (const VictimOrder::Candidate& c : cands) {
       if (b.files >= max_files || b.bytes >= bytes) return b;
@@ -84,11 +81,11 @@ Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
       if (!named.ok() || *named != c.ino) {  // a name change it was not told of
         spdlog::warn("eviction: inode {} is not {} in {}; no longer tracked", c.ino, c.name,
                      c.parent);
-        victims_->Unnamed(c.ino);
+        victims.Unnamed(c.ino);
         continue;
       }
       uint64_t size = 0;
-      switch (rules.Judge(c, now, victims_->oldest_use_first(), &size)) {
+      switch (rules.Judge(c, now, victims.oldest_use_first(), &size)) {
         case EvictionRules::Verdict::kStop:
           return b;
         case EvictionRules::Verdict::kKeep:
@@ -113,8 +110,7 @@ Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
 
 void FileSystem::Impl::SetEvictionListener(
     std::function<void(uint64_t, std::string_view, uint64_t)> fn) {
-  std::lock_guard<std::mutex> l(listener_mu_);
-  evict_listener_ = std::move(fn);
+  eviction_.SetListener(std::move(fn));
 }
 
 }  // namespace kvfs::fs

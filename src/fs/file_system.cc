@@ -65,7 +65,7 @@ FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
 
 FileSystem::Impl::~Impl() {
   Shutdown().ignore();  // errors were logged; nobody is left to tell
-  evictor_.reset();  // stopped by Shutdown(); before what its hooks use
+  eviction_.ResetEvictor();  // stopped by Shutdown(); before what its hooks use
   prefetcher_->Stop();  // before the scheduler it submits to goes
   sched_.reset();  // every request completes (their callbacks may queue changes)
   // No I/O into the cache is left: nothing registers any more, and what
@@ -180,8 +180,8 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.free_bytes = sp.free_bytes;
   s.largest_free = sp.largest_free;
   s.free_extents = sp.free_extents;
-  if (evictor_) {
-    const EvictionCounters e = evictor_->counters();
+  if (const Evictor* evictor = eviction_.evictor()) {
+    const EvictionCounters e = evictor->counters();
     s.evict_on = true;
     s.evict_high_pct = options_.eviction.high_pct;
     s.evict_low_pct = options_.eviction.low_pct;
@@ -200,7 +200,7 @@ StatsSnapshot FileSystem::Impl::Stats() {
 
 Status FileSystem::Impl::Shutdown() {
   if (shut_down_) return Status::OK();
-  if (evictor_) evictor_->Stop();  // no unlink after the drain below
+  eviction_.Stop();  // no unlink after the drain below
   atime_->Stop();
   atime_->Flush();  // every moved atime, in the synced drain below
   Status st = FlushAll();
@@ -420,10 +420,10 @@ void FileSystem::SetEvictionListener(
   impl_->SetEvictionListener(std::move(fn));
 }
 Result<uint64_t> FileSystem::Evict(unsigned to_percent) {
-  if (!impl_->evictor_) return Status::Error(EINVAL, "eviction is off (mount with -o evict=lru)");
+  if (!impl_->eviction_.evictor()) return Status::Error(EINVAL, "eviction is off (mount with -o evict=lru)");
   if (to_percent > 100) return Status::Error(EINVAL, "evict: percent over 100");
   KVFS_RETURN_IF_ERROR(impl_->Writable());
-  return impl_->evictor_->RunPass(to_percent);
+  return impl_->eviction_.evictor()->RunPass(to_percent);
 }
 Result<Attr> FileSystem::LookupPath(uint64_t dir, std::string_view path, const Caller& caller) {
   return Run(Call::kLookupPath, [&] { return impl_->LookupPath(dir, path, caller); });
@@ -463,7 +463,7 @@ void FileSystem::WaitPrefetchIdle() { impl_->prefetcher_->WaitIdle(); }
 void FileSystem::WaitCommitsStalled() { impl_->committer_->WaitStalled(); }
 
 void FileSystem::WaitEvictorIdle() {
-  if (impl_->evictor_) impl_->evictor_->WaitIdle();
+  if (Evictor* evictor = impl_->eviction_.evictor()) evictor->WaitIdle();
 }
 
 void FileSystem::WaitAtimesFlushed() { impl_->atime_->WaitFlushed(); }

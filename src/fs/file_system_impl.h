@@ -8,7 +8,8 @@
 //   ram_cache.h        chunk cache and file memory with their memory
 //   staged_inodes.h, retained_pins.h  staging pressure, prefetch pins
 //   committer.h, inode_table.h, handle_table.h, prefetcher.h, atime.h,
-//   recency.h, eviction.h
+//   recency.h, eviction.h, eviction_part.h (the order, the pass thread,
+//   the listener)
 //
 // Where the methods are:
 //   file_system.cc     the facade: the EROFS gate and metrics for every
@@ -61,6 +62,7 @@
 #include "fs/entry_cache.h"
 #include "fs/file_memory.h"
 #include "fs/eviction.h"
+#include "fs/eviction_part.h"
 #include "fs/file_system.h"
 #include "fs/handle_table.h"
 #include "fs/inode_state.h"
@@ -236,8 +238,9 @@ class FileSystem::Impl {
   // STAT (NoteUse covers open, read and READ). One atomic store, after the
   // file's first use; nothing without eviction. REQUIRES: i.mu held.
   void UsedForEviction(InodeState& i, int64_t now_ns) {
-    if (!victims_ || !i.is_reg()) return;
-    if (!i.use_stamp) i.use_stamp = victims_->StampOf(i.ino);
+    VictimOrder* victims = eviction_.order();
+    if (!victims || !i.is_reg()) return;
+    if (!i.use_stamp) i.use_stamp = victims->StampOf(i.ino);
     i.use_stamp->Use(now_ns);
   }
   // The Evictor's batch: unlinks up to `max_files` files the victim order
@@ -293,7 +296,7 @@ class FileSystem::Impl {
   // A builder for one name change (fs/name_change.h), stamped now, telling
   // the eviction order; ns_.mu() stays held until it is queued.
   NameChange NewNameChange() REQUIRES(ns_.mu()) {
-    return NameChange(table_, victims_.get(), NowNs());
+    return NameChange(table_, eviction_.order(), NowNs());
   }
   // Queues a built name change: its entries become pending, then the
   // committer has it.
@@ -450,7 +453,7 @@ class FileSystem::Impl {
   // Lock order: ns_.mu() (fs/namespace.h), then an InodeState's mu, then
   // the table's, handles', staged_'s, the retained pins' and the
   // committer's.
-  // The victim order's (victims_) is taken last, after any of them.
+  // The victim order's (eviction_) is taken last, after any of them.
   Namespace ns_{volume_.index(), kEntryCacheBytes};
 
   // Declared before everything that holds pins (the committer's queued
@@ -472,12 +475,9 @@ class FileSystem::Impl {
   // Holds pins (table_) and queues changes (committer_): stopped and
   // destroyed before both.
   std::unique_ptr<AtimeLog> atime_;
-  // With eviction on (else null): the victim order and the pass thread,
-  // which unlinks through everything above; stopped at Shutdown().
-  std::unique_ptr<VictimOrder> victims_;
-  std::unique_ptr<Evictor> evictor_;
-  std::mutex listener_mu_;  // taken alone, on the Evictor's notify thread
-  std::function<void(uint64_t, std::string_view, uint64_t)> evict_listener_;  // GUARDED_BY(listener_mu_)
+  // The victim order, the pass thread (which unlinks through everything
+  // above; stopped at Shutdown()) and the listener (fs/eviction_part.h).
+  Eviction eviction_;
   // Last: stopped first (its work uses everything above).
   std::unique_ptr<Prefetcher> prefetcher_;
   bool shut_down_ = false;

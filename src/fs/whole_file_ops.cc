@@ -101,7 +101,7 @@ void FileSystem::Impl::ExistsPaths(uint64_t dir, std::span<const std::string_vie
     if (st.ok()) {
       Result<uint64_t> found = ns_.Resolve(parent->ino, leaf);
       st = found.status();
-      if (found.ok() && victims_) victims_->Touch(*found, NowNs());  // the batch's EXISTS
+      if (found.ok() && eviction_.order()) eviction_.order()->Touch(*found, NowNs());  // the batch's EXISTS
     }
     codes[i] = st.code();
   }

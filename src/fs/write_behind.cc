@@ -69,7 +69,7 @@ Status FileSystem::Impl::WithSpace(uint64_t bytes, const std::function<Status()>
                                    std::unique_lock<std::mutex>* lock) {
   Status st = reserve();
   if (st.code() != ENOSPC) {
-    if (st.ok() && evictor_) evictor_->Allocated();
+    if (st.ok() && eviction_.evictor()) eviction_.evictor()->Allocated();
     return st;
   }
   // Space freed by unlinks becomes free when their commit lands.
@@ -77,13 +77,13 @@ Status FileSystem::Impl::WithSpace(uint64_t bytes, const std::function<Status()>
   committer_->Drain(false).ignore();  // errors surface through the retry
   if (lock) lock->lock();
   st = reserve();
-  if (evictor_) {
+  if (Evictor* evictor = eviction_.evictor()) {
     if (st.ok()) {
-      evictor_->Allocated();
+      evictor->Allocated();
     } else if (st.code() == ENOSPC) {
       // Still full: wait (bounded) for eviction to make room.
       if (lock) lock->unlock();
-      st = evictor_->ReserveWaiting(
+      st = evictor->ReserveWaiting(
           [&] {
             if (lock) lock->lock();
             Status r = reserve();
