@@ -329,7 +329,7 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
       if (!inode->orphan) started = PrefetchLocked(inode, &reqs, &entries);
     }
     if (started > 0) {
-      retained_readahead_.Retain(table_.Pin(inode));
+      retained_.RetainGuess(table_.Pin(inode));
       sched_->Submit(io::Lane::kPrefetch, reqs);
       reqs.clear();
       PromoteWaitedFor(&entries);

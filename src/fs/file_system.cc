@@ -73,8 +73,7 @@ FileSystem::Impl::~Impl() {
   ram_->StopRegistering();
   atime_.reset();  // flushed by Shutdown(); its pins go before the table
   committer_.reset();
-  retained_prefetches_.Clear();
-  retained_readahead_.Clear();
+  retained_.Clear();
 }
 
 int64_t FileSystem::Impl::NowNs() {

@@ -6,7 +6,8 @@
 //   name_change.h      the one builder of name changes (link, unlink,
 //                      replace, move); name_observer.h hears them
 //   ram_cache.h        chunk cache and file memory with their memory
-//   staged_inodes.h, retained_pins.h  staging pressure, prefetch pins
+//   staged_inodes.h, retained_pins.h  staging pressure, the pins of
+//                      loads without a lookup (prefetches, guesses)
 //   committer.h, inode_table.h, handle_table.h, prefetcher.h, atime.h,
 //   recency.h, eviction.h, eviction_part.h (the order, the pass thread,
 //   the listener)
@@ -451,7 +452,7 @@ class FileSystem::Impl {
   std::unique_ptr<RamCache> ram_;
 
   // Lock order: ns_.mu() (fs/namespace.h), then an InodeState's mu, then
-  // the table's, handles', staged_'s, the retained pins' and the
+  // the table's, handles', staged_'s, retained_'s and the
   // committer's.
   // The victim order's (eviction_) is taken last, after any of them.
   Namespace ns_{volume_.index(), kEntryCacheBytes};
@@ -465,11 +466,9 @@ class FileSystem::Impl {
   StagedInodes staged_;
 
   // Inodes the cache loaded without a kernel lookup, kept in the table:
-  // what a batch PREFETCH asked for, and readahead guesses in a smaller
-  // list of their own, so that a long load loop does not push out what a
-  // client asked for.
-  RetainedPins retained_prefetches_{kRetainedPrefetches};
-  RetainedPins retained_readahead_{kRetainedReadahead};
+  // batch PREFETCHes and readahead guesses, one list each
+  // (fs/retained_pins.h).
+  RetainedLoads retained_{kRetainedPrefetches, kRetainedReadahead};
 
   std::unique_ptr<Committer> committer_;
   // Holds pins (table_) and queues changes (committer_): stopped and

@@ -4,12 +4,18 @@
 // when its loads finish, and its cache entries, keyed by the InodeState,
 // with it, before the load loop opens it.
 //
+// RetainedLoads: FileSystem::Impl's part that owns both lists: what a batch
+// PREFETCH asked for, and readahead guesses in a smaller list of their own,
+// so that a long load loop does not push out what a client asked for.
+//
 // Thread safety: any thread. Its mutex is taken last and never held while
-// a pin is released (a release may unload the inode).
+// a pin is released (a release may unload the inode). RetainedLoads adds
+// no lock of its own: each list's is taken alone.
 #pragma once
 
 #include <cstddef>
 #include <deque>
+#include <utility>
 
 #include "common/mutex.h"
 #include "fs/inode_table.h"
@@ -30,6 +36,26 @@ class RetainedPins {
   const size_t max_;
   mutable Mutex mu_;
   std::deque<InodePin> pins_ GUARDED_BY(mu_);  // oldest first
+};
+
+class RetainedLoads {
+ public:
+  RetainedLoads(size_t max_prefetches, size_t max_guesses)
+      : prefetches_(max_prefetches), guesses_(max_guesses) {}
+
+  // An inode a batch PREFETCH loaded.
+  void RetainPrefetch(InodePin pin) { prefetches_.Retain(std::move(pin)); }
+  // A readahead guess loaded.
+  void RetainGuess(InodePin pin) { guesses_.Retain(std::move(pin)); }
+  // Releases every pin of both lists.
+  void Clear() {
+    prefetches_.Clear();
+    guesses_.Clear();
+  }
+
+ private:
+  RetainedPins prefetches_;
+  RetainedPins guesses_;
 };
 
 }  // namespace kvfs::fs

@@ -148,7 +148,7 @@ Result<uint64_t> FileSystem::Impl::PrefetchFile(uint64_t dir, std::string_view p
     KVFS_RETURN_IF_ERROR(CheckAccess(i->rec.mode, i->rec.uid, i->rec.gid, caller, kMayRead));
     started = PrefetchLocked(i.ref());
   }
-  if (started > 0) retained_prefetches_.Retain(table_.Pin(i.ref()));
+  if (started > 0) retained_.RetainPrefetch(table_.Pin(i.ref()));
   return started;
 }
 
