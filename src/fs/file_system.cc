@@ -43,7 +43,6 @@ FileSystem::Impl::Impl(volume::Volume& volume, const FileSystemOptions& options,
                        std::unique_ptr<RamCache> ram)
     : volume_(volume),
       sched_(std::make_unique<io::Scheduler>(volume.io(), LaneOptions(volume, options))),
-      pool_(volume.buffers()),
       options_(options),
       ram_(std::move(ram)),
       table_([this](uint64_t ino) { return volume_.index().GetInode(ino); },
@@ -133,8 +132,9 @@ StatsSnapshot FileSystem::Impl::Stats() {
   s.errors = metrics_.Errors();
   s.cache = ram_->View();
   if (ram_->memory()) s.file_memory = ram_->memory()->counters();
-  s.staging_bytes = pool_.region_bytes();
-  s.staged_bytes = (pool_.slot_count() - pool_.free_slots()) * pool_.slot_bytes();
+  const device::BufferPool& pool = volume_.buffers();
+  s.staging_bytes = pool.region_bytes();
+  s.staged_bytes = (pool.slot_count() - pool.free_slots()) * pool.slot_bytes();
   s.queued_commits = committer_->queued();
   s.index_commits = committer_->commits();
   s.lookup_underflows = table_.lookup_underflows();

@@ -439,10 +439,10 @@ class FileSystem::Impl {
   // Staging slots WriteMayWait leaves for writers racing the checked write.
   static constexpr size_t kWriteSlotMargin = 4;
 
+  // The index, the devices and the staging buffer pool (volume_.buffers()).
   volume::Volume& volume_;
   // Every device request of the filesystem goes through the lanes.
   std::unique_ptr<io::Scheduler> sched_;
-  device::BufferPool& pool_;
   const FileSystemOptions options_;
   // verify=on: checks extents read from the device (fs/read_verify.h).
   ReadVerifier verifier_{options_.verify_reads};

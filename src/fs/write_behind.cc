@@ -41,7 +41,7 @@ bool ReadsBeforeWrite(const ChunkState& cs, uint64_t chunk_valid, uint64_t lo, u
 }  // namespace
 
 device::PoolBuffer FileSystem::Impl::AcquireBuffer() {
-  device::PoolBuffer b = pool_.TryAcquire();
+  device::PoolBuffer b = volume_.buffers().TryAcquire();
   if (b) return b;
   // Every slot is staged or in flight: push staged chunks out so that
   // slots come back as their writes complete.
@@ -49,7 +49,7 @@ device::PoolBuffer FileSystem::Impl::AcquireBuffer() {
     std::lock_guard<std::mutex> l(i->mu);
     SubmitAllStaged(i);
   }
-  return pool_.Acquire();
+  return volume_.buffers().Acquire();
 }
 
 void InstallExtents(ChunkState& cs, uint64_t ci, const std::vector<Extent>& alloc,
@@ -102,7 +102,7 @@ Status FileSystem::Impl::WithSpace(uint64_t bytes, const std::function<Status()>
 // `lock` (to wait for a buffer or for space). REQUIRES: lock holds inode->mu.
 Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std::mutex>& lock,
                                     uint64_t ci, uint64_t write_lo, uint64_t write_hi) {
-  device::PoolBuffer buf = pool_.TryAcquire();
+  device::PoolBuffer buf = volume_.buffers().TryAcquire();
   if (!buf) {
     lock.unlock();
     buf = AcquireBuffer();
@@ -220,7 +220,7 @@ bool FileSystem::Impl::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
   // Other writers take slots between this check and the write (nothing is
   // reserved): a margin keeps the receiver from waiting on a pool that is
   // nearly out.
-  return unstaged + kWriteSlotMargin > pool_.free_slots();
+  return unstaged + kWriteSlotMargin > volume_.buffers().free_slots();
 }
 
 Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<const char> data,
