@@ -78,10 +78,7 @@ class CondVar {
   // As Wait; false if `timeout` passed first (the lock is held either way).
   template <typename Rep, typename Period>
   bool WaitFor(MutexLock& lock, std::chrono::duration<Rep, Period> timeout) {
-    std::unique_lock<std::mutex> native(lock.mu_.mu_, std::adopt_lock);
-    bool woken = cv_.wait_for(native, timeout) == std::cv_status::no_timeout;
-    native.release();
-    return woken;
+    return WaitUntil(lock, std::chrono::steady_clock::now() + timeout);
   }
   template <typename Clock, typename Duration>
   bool WaitUntil(MutexLock& lock, std::chrono::time_point<Clock, Duration> deadline) {
