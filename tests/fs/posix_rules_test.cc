@@ -35,15 +35,20 @@ KillPriv InGroups(std::set<uint32_t> groups) {
   return k;
 }
 
+// Sets `ino`'s mode to `mode` and its group to kGroup, as its owner would.
+void SetModeAndGroup(FileSystem& fs, uint64_t ino, uint32_t mode) {
+  SetAttrRequest q;
+  q.mode = mode;
+  q.gid = kGroup;
+  ASSERT_TRUE(fs.SetAttr(ino, q).ok());
+}
+
 // --- setgid directories (generic/314)
 
 TEST_F(FsTest, SetgidDirectoryGivesItsGroupAndSetgidToWhatIsMadeInIt) {
   auto d = fs_->MkDir(kRootIno, "shared", 0775, Caller{});
   ASSERT_TRUE(d.ok());
-  SetAttrRequest q;
-  q.mode = 02775;
-  q.gid = kGroup;
-  ASSERT_TRUE(fs_->SetAttr(d->ino, q).ok());
+  SetModeAndGroup(*fs_, d->ino, 02775);
 
   auto sub = fs_->MkDir(d->ino, "sub", 0755, kUser);
   ASSERT_TRUE(sub.ok());
@@ -159,10 +164,7 @@ TEST_F(FsTest, UnprivilegedWriteDropsSetgidWhenTheWriterIsNotInTheGroup) {
   for (const Case& c : cases) {
     const std::string name = "f" + std::to_string(n++);
     const uint64_t ino = Store(kRootIno, name, "abc");
-    SetAttrRequest q;
-    q.mode = c.mode;
-    q.gid = kGroup;
-    ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
+    SetModeAndGroup(*fs_, ino, c.mode);
     auto fh = fs_->Open(ino, O_WRONLY);
     ASSERT_TRUE(fh.ok());
     KillPriv who = InGroups(c.groups);
@@ -187,10 +189,7 @@ TEST_F(FsTest, UnprivilegedWriteDropsSetgidWhenTheWriterIsNotInTheGroup) {
 
 TEST_F(FsTest, UnprivilegedTruncatingOpenDropsSetgidOutsideTheGroup) {
   const uint64_t ino = Store(kRootIno, "f", "abc");
-  SetAttrRequest q;
-  q.mode = 06666;
-  q.gid = kGroup;
-  ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
+  SetModeAndGroup(*fs_, ino, 06666);
   KillPriv who = InGroups({});
   auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC, &who);
   ASSERT_TRUE(fh.ok());
@@ -203,10 +202,7 @@ TEST_F(FsTest, UnprivilegedTruncatingOpenDropsSetgidOutsideTheGroup) {
 // nothing, so no SETATTR comes first; kvfs applies the whole rule itself.
 TEST_F(FsTest, UnprivilegedFallocateDropsSetgidOutsideTheGroup) {
   const uint64_t ino = Store(kRootIno, "f", "abc");
-  SetAttrRequest q;
-  q.mode = 02666;
-  q.gid = kGroup;
-  ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
+  SetModeAndGroup(*fs_, ino, 02666);
   auto fh = fs_->Open(ino, O_WRONLY);
   ASSERT_TRUE(fh.ok());
   KillPriv member = InGroups({kGroup});
@@ -229,10 +225,7 @@ TEST_F(FsTest, UnprivilegedFallocateDropsSetgidOutsideTheGroup) {
 // it with the group-execute rule only); kvfs completes the rule.
 TEST_F(FsTest, ModeSetByCallerOutsideTheGroupLosesSetgid) {
   const uint64_t ino = Store(kRootIno, "f", "abc");
-  SetAttrRequest q;
-  q.mode = 06666;
-  q.gid = kGroup;
-  ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
+  SetModeAndGroup(*fs_, ino, 06666);
   SetAttrRequest kernel;
   kernel.mode = 02666;  // S_ISUID dropped by the kernel, S_ISGID kept
   KillPriv outside = InGroups({});
@@ -241,7 +234,7 @@ TEST_F(FsTest, ModeSetByCallerOutsideTheGroupLosesSetgid) {
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->mode & 07777, 0666u);
   // A member of the group keeps it.
-  ASSERT_TRUE(fs_->SetAttr(ino, q).ok());
+  SetModeAndGroup(*fs_, ino, 06666);
   KillPriv member = InGroups({kGroup});
   kernel.unprivileged = &member;
   a = fs_->SetAttr(ino, kernel);
