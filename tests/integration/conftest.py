@@ -389,6 +389,16 @@ def huge_pages():
             f.write(str(before))
 
 
+def pwrite_byte(path):
+    """Writes one byte ("z") at offset 1 of `path` through a write-only open:
+    a data change that is not an append, a truncate or an allocation."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"z", 1)
+    finally:
+        os.close(fd)
+
+
 def run_as(fn, uid, gid, groups=()):
     """Runs fn() in a child process as uid/gid with supplementary `groups`
     and returns what it returned (pickled back through a pipe). A step that

@@ -3,7 +3,7 @@ unprivileged user and as root: kvfs's modes equal what ext4 gives for the
 same sequence (run on a small ext4 loop image in the test itself)."""
 import os
 
-from conftest import run_as
+from conftest import pwrite_byte, run_as
 
 USER = 65534  # nobody; the files' group, so "in the group" holds for it
 
@@ -16,14 +16,6 @@ def as_user(fn):
     run_as(fn, USER, USER)
 
 
-def write(path):
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.pwrite(fd, b"z", 1)
-    finally:
-        os.close(fd)
-
-
 def ftruncate(path):
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -33,8 +25,8 @@ def ftruncate(path):
 
 
 STEPS = {
-    "write by user": lambda p: as_user(lambda: write(p)),
-    "write by root": write,
+    "write by user": lambda p: as_user(lambda: pwrite_byte(p)),
+    "write by root": pwrite_byte,
     "truncate by user": lambda p: as_user(lambda: os.truncate(p, 2)),
     "ftruncate by user": lambda p: as_user(lambda: ftruncate(p)),
     "O_TRUNC open by user": lambda p: as_user(lambda: os.close(os.open(p, os.O_WRONLY | os.O_TRUNC))),
@@ -77,6 +69,6 @@ def test_cleared_bits_survive_remount(vol):
     with open(p, "wb") as f:
         f.write(b"abc")
     os.chmod(p, 0o6777)
-    as_user(lambda: write(p))
+    as_user(lambda: pwrite_byte(p))
     vol.remount()
     assert os.stat(p).st_mode & 0o7777 == 0o777

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import conftest
-from conftest import (FUSERMOUNT, KVFS_BIN, MiB, mkfs, mounted_fstype, run_as,
+from conftest import (FUSERMOUNT, KVFS_BIN, MiB, mkfs, mounted_fstype, pwrite_byte, run_as,
                       unmount, with_transport)
 
 FSCK_BIN = os.environ.get("FSCK_KVFS_BIN", "")
@@ -114,14 +114,6 @@ def fallocate(fd, off, length):
         raise OSError(e, os.strerror(e))
 
 
-def pwrite_step(p):
-    fd = os.open(p, os.O_WRONLY)
-    try:
-        os.pwrite(fd, b"z", 1)
-    finally:
-        os.close(fd)
-
-
 def append_step(p):
     fd = os.open(p, os.O_WRONLY | os.O_APPEND)
     try:
@@ -142,7 +134,7 @@ def trunc_open_step(p):
     os.close(os.open(p, os.O_WRONLY | os.O_TRUNC))
 
 
-STEPS = {"pwrite": pwrite_step, "append": append_step, "fallocate": fallocate_step,
+STEPS = {"pwrite": pwrite_byte, "append": append_step, "fallocate": fallocate_step,
          "O_TRUNC open": trunc_open_step}
 MODES = [0o6666, 0o6766, 0o4757, 0o2666, 0o6777, 0o2676]
 
@@ -193,7 +185,7 @@ def test_cleared_setuid_shows_without_dropping_caches(vol):
         f.write(b"abc")
     os.chmod(p, 0o4757)
     assert os.stat(p).st_mode & 0o7777 == 0o4757
-    as_user(lambda: pwrite_step(p))
+    as_user(lambda: pwrite_byte(p))
     assert os.stat(p).st_mode & 0o7777 == 0o757
     vol.remount()
     assert os.stat(p).st_mode & 0o7777 == 0o757
