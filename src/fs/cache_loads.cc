@@ -128,6 +128,10 @@ std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
   return m;
 }
 
+bool FileSystem::Impl::MemoryIsCurrent(const InodeRef& i, const FileMemory& m) {
+  return m.state() == FileMemory::State::kReady && IsAtVersion(*i, m.version());
+}
+
 bool FileSystem::Impl::MemoryEligible(const InodeRef& i) {
   return ram_->memory() && i->is_reg() && !i->deleted && i->rec.size >= kMinFileMemoryBytes &&
          i->rec.size <= options_.prefetch_file_max_bytes && !verifier_.enabled() &&

@@ -143,7 +143,15 @@ bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& 
   {
     MutexLock l(mu_);
     auto same = slots_.find(owner);
-    if (same != slots_.end()) EraseLocked(same, &gone);
+    if (same != slots_.end()) {
+      // Opens served from the entry read and write it: it stays the
+      // file's memory until the last of them is released.
+      if (same->second.memory->opens.load() > 0) {
+        no_room_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      EraseLocked(same, &gone);
+    }
     // Oldest first; entries that opens use or that are still loading stay.
     auto it = lru_.end();
     while (bytes_ + m->bytes() > budget_ && it != lru_.begin()) {

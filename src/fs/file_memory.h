@@ -93,10 +93,10 @@ class FileMemory {
   std::atomic<bool> written{false};
   // Loaded speculatively and not used yet (the prefetch budget).
   std::atomic<bool> unused_prefetch{false};
-  // The memfd's change time when its bytes were last written out to the
-  // file (a served writer's Flush skips the write-out while it has not
-  // moved). GUARDED_BY the owning inode's mu.
-  int64_t synced_change_ns = 0;
+  // Held by a write-out of the bytes to the file (fs/file_ops.cc), so
+  // that write-outs run one at a time. Before the owning inode's mu in the
+  // lock order.
+  Mutex& writeout_mu() RETURN_CAPABILITY(writeout_mu_) { return writeout_mu_; }
 
  private:
   FileMemory(int fd, char* data, uint64_t mapped, MemoryVersion version)
@@ -107,6 +107,7 @@ class FileMemory {
   const uint64_t mapped_;
   const MemoryVersion version_;
 
+  Mutex writeout_mu_;
   mutable Mutex mu_;
   State state_ GUARDED_BY(mu_) = State::kLoading;
   std::vector<std::function<void(bool)>> waiters_ GUARDED_BY(mu_);

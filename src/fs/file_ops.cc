@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/format.h"
+#include "common/sync_point.h"
 #include "fs/chunk_cache.h"
 #include "fs/file_memory.h"
 #include "fs/file_system_impl.h"
@@ -18,11 +19,6 @@ namespace kvfs::fs {
 namespace {
 
 Status NoHandle(const char* op) { return Status::Error(EBADF, op); }
-
-// A memfd's change time: it moves with every write the kernel makes to it.
-int64_t StatChangeNs(const struct stat& st) {
-  return st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
-}
 
 }  // namespace
 
@@ -87,10 +83,7 @@ Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, KillPriv* kill
     served->pending.fetch_add(1);
   } else if (served) {
     served->opens.fetch_add(1);
-    if ((flags & O_ACCMODE) != O_RDONLY && !served->written.exchange(true)) {
-      struct stat st;
-      if (fstat(served->fd(), &st) == 0) served->synced_change_ns = StatChangeNs(st);
-    }
+    if ((flags & O_ACCMODE) != O_RDONLY) served->written.store(true);
     ram_->memory()->NoteServed(*served, i->rec.size);
   }
   return Status::OK();
@@ -157,16 +150,22 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
   WhenMemoryLoaded(m, [this, pin, m, flags, can_serve, done](bool ok) {
     const InodeRef& i = pin->ref();
     std::unique_lock<std::mutex> l(i->mu);
+    // Counted as served before it stops counting as waiting: the cache
+    // (which drops an entry with neither, under its own lock, not i->mu)
+    // never sees `m` unused while this open may still be served from it.
+    const int others = m->opens.fetch_add(1);
     m->pending.fetch_sub(1);
     // Still nothing open but opens served from (or waiting for) `m`, and
     // `m` still the file's memory: served. Otherwise the open stays as
     // counted, a handle like Open()'s.
     const bool serve = ok && ram_->memory()->Get(i->token) == m &&
-                       table_.opens(*i) == m->opens.load() + m->pending.load() + 1 &&
-                       (m->opens.load() > 0 || HeldMemory(i) == m) && can_serve(*m);
+                       table_.opens(*i) == m->opens.load() + m->pending.load() &&
+                       (others > 0 || MemoryIsCurrent(i, *m)) && can_serve(*m);
+    KVFS_SYNC_POINT_ARG("FileSystem::OpenServed:Decided", ram_->memory());
     if (serve) {
-      m->opens.fetch_add(1);
       ram_->memory()->NoteServed(*m, i->rec.size);
+    } else {
+      m->opens.fetch_sub(1);
     }
     l.unlock();
     const uint64_t fh = handles_.Add(Handle{i, flags, serve ? m : nullptr});
@@ -198,14 +197,24 @@ Status FileSystem::Impl::ResizeServedMemory(const InodeRef& i, uint64_t size, bo
   return Status::OK();
 }
 
-Status FileSystem::Impl::WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemory& m, bool all) {
+Status FileSystem::Impl::WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemory& m) {
+  // One write-out of `m` at a time, each reading the memory after the one
+  // before it and staging what it read before the next reads: the last to
+  // run stages the newest bytes. (Two at once could stage in the other
+  // order than they read: an older release's write-out, which the kernel
+  // sends after close(2) returned, after the next writer's close.) Every
+  // write through a served open is followed by a write-out that starts
+  // after it completed (its own close's Flush), so one that read the
+  // memory while a write was still being copied is always followed by a
+  // whole one. Nothing cheaper tells whether the kernel changed the memory
+  // since the last write-out: it moves the change time before it copies
+  // the bytes, and a shared map's stores move no time at all.
+  MutexLock w(m.writeout_mu());
   struct stat st;
   if (fstat(m.fd(), &st) != 0) return Status::Error(errno, "file memory");
-  const int64_t changed = StatChangeNs(st);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   {
     std::lock_guard<std::mutex> l(i->mu);
-    if (!all && changed == m.synced_change_ns) return Status::OK();
     if (size < i->rec.size) KVFS_RETURN_IF_ERROR(TruncateData(i, size));
   }
   // The whole file, as a writer would write it: kvfs cannot know which
@@ -217,13 +226,12 @@ Status FileSystem::Impl::WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemo
     ssize_t got = pread(m.fd(), buf.get(), want, static_cast<off_t>(off));
     if (got < 0) return Status::Error(errno, "reading file memory");
     if (got == 0) break;  // cut shorter meanwhile: a later write-out follows
+    KVFS_SYNC_POINT_ARG("FileSystem::WriteOutMemory:Read", &m);  // holds m.writeout_mu()
     KVFS_RETURN_IF_ERROR(
         Write(fh, off, std::span<const char>(buf.get(), static_cast<size_t>(got)), nullptr)
             .status());
     off += static_cast<uint64_t>(got);
   }
-  std::lock_guard<std::mutex> l(i->mu);
-  m.synced_change_ns = changed;
   return Status::OK();
 }
 
@@ -231,7 +239,7 @@ Status FileSystem::Impl::Flush(uint64_t fh) {
   std::optional<Handle> h = handles_.Get(fh);
   if (!h) return NoHandle("flush");
   if (!h->writable()) return Status::OK();
-  if (h->memory) KVFS_RETURN_IF_ERROR(WriteOutMemory(fh, h->inode, *h->memory, false));
+  if (h->memory) KVFS_RETURN_IF_ERROR(WriteOutMemory(fh, h->inode, *h->memory));
   std::unique_lock<std::mutex> l(h->inode->mu);
   WriteOutAndQueue(h->inode, l);
   if (!l.owns_lock()) l.lock();
@@ -245,7 +253,7 @@ Status FileSystem::Impl::Flush(uint64_t fh) {
 void FileSystem::Impl::Release(uint64_t fh) {
   if (std::optional<Handle> w = handles_.Get(fh); w && w->memory && w->writable()) {
     // Also what a shared writable map changed after the last close.
-    Status st = WriteOutMemory(fh, w->inode, *w->memory, true);
+    Status st = WriteOutMemory(fh, w->inode, *w->memory);
     if (!st.ok()) {
       std::lock_guard<std::mutex> l(w->inode->mu);
       if (!w->inode->write_error) w->inode->write_error = st.code() ? st.code() : EIO;
@@ -284,7 +292,7 @@ void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {
   if (!h) return done(NoHandle("fsync"));
   if (options_.read_only) return done(Status::OK());  // nothing was written
   if (h->memory && h->writable()) {
-    Status st = WriteOutMemory(fh, h->inode, *h->memory, false);
+    Status st = WriteOutMemory(fh, h->inode, *h->memory);
     if (!st.ok()) return done(st);
   }
   InodeRef i = std::move(h->inode);

@@ -94,7 +94,9 @@ Attr FileSystem::Impl::ToAttr(const index::Inode& rec) {
   a.atime_ns = rec.atime_ns;
   a.mtime_ns = rec.mtime_ns;
   a.ctime_ns = rec.ctime_ns;
-  a.generation = rec.generation;
+  // The kernel requires the root's generation to be 0 (it warns "root
+  // generation should be zero" at a LOOKUP of the root otherwise).
+  a.generation = rec.ino == kRootIno ? 0 : rec.generation;
   return a;
 }
 

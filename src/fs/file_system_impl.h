@@ -386,6 +386,9 @@ class FileSystem::Impl {
   std::shared_ptr<FileMemory> CurrentMemory(const InodeRef& i);
   // CurrentMemory unless its load failed. REQUIRES: i->mu held.
   std::shared_ptr<FileMemory> HeldMemory(const InodeRef& i);
+  // Whether `m` is loaded and holds the version `i` is at now (whatever
+  // opens it serves). REQUIRES: i->mu held.
+  bool MemoryIsCurrent(const InodeRef& i, const FileMemory& m);
   // Loaded speculatively and not read yet, chunk cache and file memory.
   uint64_t SpeculativeBytes() const { return ram_->speculative_bytes(); }
   // Whether `i` may be loaded into file memory: a regular file of at least
@@ -415,10 +418,11 @@ class FileSystem::Impl {
   // it waits leaves an orphan the open can still use.
   Status OpenLocked(const InodeRef& i, int flags, KillPriv* kill,
                     const std::shared_ptr<FileMemory>& served, bool pending = false);
-  // file_ops.cc: copies what the kernel wrote into `m` through handle `fh`
-  // into the file (write-behind, as write(2) would). `all`: even if the
-  // memfd's change time did not move (writes through a shared map).
-  Status WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemory& m, bool all);
+  // file_ops.cc: copies the bytes of `m` (what the kernel wrote into it
+  // through served opens) into the file through handle `fh` (write-behind,
+  // as write(2) would), one write-out of `m` at a time.
+  // REQUIRES: i->mu not held.
+  Status WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemory& m);
   // Promotes the loads of `entries` that a reader waits for, and clears it.
   void PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>>* entries);
   // The prefetcher's work (prefetch thread): the looked-up inodes still in

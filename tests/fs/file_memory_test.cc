@@ -6,9 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <atomic>
 #include <future>
+#include <thread>
 
 #include "common/format.h"
+#include "common/sync_point.h"
 #include "fs/file_memory.h"
 #include "fs/stats.h"
 #include "fs_fixture.h"
@@ -121,6 +125,84 @@ TEST_F(FileMemoryTest, WhileOneOpenIsServedEveryOpenIsAndWritesReachTheFile) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, want.substr(0, 4096));
   fs_->Release(*o);
+}
+
+// generic/451's loop: a writer rewrites a file in place while others
+// hold it (so its opens are served). The previous cycle's release, which
+// the kernel sends after close(2) returned, writes the memory out as it
+// read it before this cycle's write; this cycle's close writes out the new
+// bytes meanwhile. What the file keeps is the newer.
+TEST_F(FileMemoryTest, AnOlderWriteOutNeverStagesAfterANewerOne) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "sync points are compiled out";
+#endif
+  const uint64_t size = 640 << 10;
+  const std::string old_bytes(size, '\xaa');
+  const std::string new_bytes(size, '\x55');
+  const uint64_t ino = Store(kRootIno, "k", old_bytes);
+  ASSERT_TRUE(fs_->Sync().ok());
+  FileSystem::Opened reader = OpenServed(ino, O_RDONLY);
+  ASSERT_NE(reader.memory, nullptr);
+  FileSystem::Opened before = OpenServed(ino, O_RDWR);  // the last cycle's open
+  FileSystem::Opened writer = OpenServed(ino, O_RDWR | O_DIRECT);
+  ASSERT_EQ(writer.memory, reader.memory);
+  std::atomic<bool> once{false};
+  std::thread next_cycle;
+  std::promise<void> closed;
+  SyncPoints::Set("FileSystem::WriteOutMemory:Read", [&](void*) {
+    if (once.exchange(true)) return;
+    // `before`'s write-out has read the old bytes. The writer writes and
+    // closes now; its write-out waits for this one (up to 1 s here, so
+    // that a write-out that does not wait shows as a failure).
+    next_cycle = std::thread([&] {
+      KernelWrite(*writer.memory, 0, new_bytes);
+      EXPECT_TRUE(fs_->Flush(writer.fh).ok());
+      fs_->Release(writer.fh);
+      closed.set_value();
+    });
+    closed.get_future().wait_for(std::chrono::seconds(1));
+  });
+  fs_->Release(before.fh);
+  next_cycle.join();
+  SyncPoints::ClearAll();
+  fs_->Release(reader.fh);
+  ASSERT_TRUE(fs_->Sync().ok());
+  Remount();
+  auto o = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  auto r = ReadFh(*o, 0, size);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(*r == new_bytes) << "first byte that is not the writer's: "
+                               << r->find_first_not_of('\x55');
+  fs_->Release(*o);
+}
+
+// The kernel's rule (all of a file's opens served, or none) across a cache
+// drop: an open decided served keeps its memory the file's, so the next
+// open (a writer) is served from it too. Were the memory dropped between
+// the decision and the count, the writer's open would be an ordinary one
+// beside a served one, which the kernel refuses (EIO).
+TEST_F(FileMemoryTest, AnOpenDecidedServedKeepsItsMemoryThroughACacheDrop) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "sync points are compiled out";
+#endif
+  const std::string data = Pattern(1 << 20, 7);
+  const uint64_t ino = Store(kRootIno, "k", data);
+  ASSERT_TRUE(fs_->Sync().ok());
+  ASSERT_TRUE(fs_->DropCache().ok());
+  int drops = 0;
+  SyncPoints::Set("FileSystem::OpenServed:Decided", [&](void* cache) {
+    static_cast<FileMemoryCache*>(cache)->Clear();  // .kvfs/drop_cache, now
+    ++drops;
+  });
+  FileSystem::Opened reader = OpenServed(ino, O_RDONLY);
+  SyncPoints::ClearAll();
+  ASSERT_EQ(drops, 1);
+  ASSERT_NE(reader.memory, nullptr);
+  FileSystem::Opened writer = OpenServed(ino, O_RDWR);
+  EXPECT_EQ(writer.memory, reader.memory);
+  fs_->Release(writer.fh);
+  fs_->Release(reader.fh);
 }
 
 TEST_F(FileMemoryTest, AnOpenTheFrontEndCannotServeIsAnOrdinaryOne) {
