@@ -59,11 +59,21 @@ Result<std::shared_ptr<FileMemory>> FileMemory::Create(MemoryVersion version, ui
   }
   char* data = nullptr;
   if (map_bytes > 0) {
-    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       const int e = errno;
       close(fd);
       return Status::Error(e, "mapping a file's memory");
+    }
+    // Every page exists before a device read targets it: a page the tmpfs
+    // cannot make (its size, the memory cgroup) fails here, with ENOMEM
+    // or ENOSPC, and the load takes another path, instead of failing each
+    // device read into it with EFAULT. (MAP_POPULATE would fail silently.)
+    if (madvise(p, map_bytes, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
+      const int e = errno;
+      munmap(p, map_bytes);
+      close(fd);
+      return Status::Error(e == EFAULT ? ENOMEM : e, "making a file's memory");
     }
     data = static_cast<char*>(p);
   }

@@ -187,7 +187,11 @@ void FileSystem::Impl::ServedAttr(const InodeRef& i, Attr* a) {
 Status FileSystem::Impl::ResizeServedMemory(const InodeRef& i, uint64_t size, bool grow_only) {
   if (!ram_->memory()) return Status::OK();
   std::shared_ptr<FileMemory> m = ram_->memory()->Get(i->token);
-  if (!m || m->opens.load() == 0) return Status::OK();
+  // Served opens are counted only on a loaded memory: one still loading
+  // is the target of device reads, and is never resized under them.
+  if (!m || m->opens.load() == 0 || m->state() != FileMemory::State::kReady) {
+    return Status::OK();
+  }
   struct stat st;
   if (fstat(m->fd(), &st) != 0) return Status::Error(errno, "file memory");
   if (grow_only && static_cast<uint64_t>(st.st_size) >= size) return Status::OK();
