@@ -29,10 +29,12 @@ EXPECTED = [
     ("sbindir", "fsck.kvfs", True),
     ("sbindir", "umount.fuse.kvfs", True),
     ("bindir", "kvfs-bench", True),
+    ("bindir", "kvfs-stress", True),
     ("mandir", "man8/kvfs.8", False),
     ("mandir", "man8/mkfs.kvfs.8", False),
     ("mandir", "man8/fsck.kvfs.8", False),
     ("mandir", "man1/kvfs-bench.1", False),
+    ("mandir", "man1/kvfs-stress.1", False),
     ("mandir", "man7/kvfs_ioctl.7", False),
     ("includedir", "kvfs/ioctl.h", False),
     ("includedir", "kvfs/kvfs.h", False),
@@ -82,6 +84,7 @@ RUNS = [
     ("sbindir", "mkfs.kvfs", ["--help"]),
     ("sbindir", "fsck.kvfs", ["--help"]),
     ("bindir", "kvfs-bench", ["--help"]),
+    ("bindir", "kvfs-stress", ["--help"]),
 ]
 
 
