@@ -390,7 +390,13 @@ class FileSystem::Impl {
   // opens it serves). REQUIRES: i->mu held.
   bool MemoryIsCurrent(const InodeRef& i, const FileMemory& m);
   // Loaded speculatively and not read yet, chunk cache and file memory.
-  uint64_t SpeculativeBytes() const { return ram_->speculative_bytes(); }
+  // Loads the cache dropped before they ended (.kvfs/drop_cache, room for
+  // other files) still hold their memory until they end: their bytes on
+  // the prefetch lane count too, or a loop of lookups and drops would queue
+  // loads (and make their memory) without bound.
+  uint64_t SpeculativeBytes() const {
+    return std::max(ram_->speculative_bytes(), sched_->LaneBytes(io::Lane::kPrefetch));
+  }
   // Whether `i` may be loaded into file memory: a regular file of at least
   // kMinFileMemoryBytes and at most prefetch_file_max_bytes, with a
   // version to hold.

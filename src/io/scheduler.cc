@@ -480,6 +480,13 @@ Status Scheduler::FlushSync(Lane lane, uint32_t device) {
   return LaneIo(*this, lane).FlushSync(device);
 }
 
+uint64_t Scheduler::LaneBytes(Lane lane) const {
+  const size_t li = LaneIndex(lane);
+  if (li >= kLaneCount) return 0;
+  MutexLock l(mu_);
+  return lanes_[li].queued_bytes + lanes_[li].inflight_bytes;
+}
+
 std::array<LaneSnapshot, kLaneCount> Scheduler::Snapshot() const {
   std::array<LaneSnapshot, kLaneCount> out;
   {

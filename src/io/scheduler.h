@@ -207,6 +207,8 @@ class Scheduler {
 
   uint32_t device_count() const { return io_.device_count(); }
   const SchedulerOptions& options() const { return options_; }
+  // Bytes of `lane`'s requests queued or at the device now, on every device.
+  uint64_t LaneBytes(Lane lane) const;
   // Counters of every lane, indexed by LaneIndex().
   std::array<LaneSnapshot, kLaneCount> Snapshot() const;
   // Counters of every device, indexed by device.

@@ -242,3 +242,48 @@ TEST_F(FileMemoryTest, TheBudgetHoldsAndOpenFilesAreNotDropped) {
 
 }  // namespace
 }  // namespace kvfs::fs
+
+namespace kvfs::fs {
+namespace {
+
+class HeldReadsFileMemoryTest : public WriteGated<FileMemoryTest> {
+ protected:
+  FileSystemOptions FsOpts() override {
+    FileSystemOptions o = FileMemoryTest::FsOpts();
+    o.prefetch_budget_bytes = 8 << 20;
+    return o;
+  }
+};
+
+// A storm of lookups and cache drops (.kvfs/drop_cache every few loads):
+// the loads a drop leaves running still hold their memory, so they count
+// against the prefetch budget until they end. Otherwise each drop let a
+// budget's worth more be queued and made, until the memory ran out.
+TEST_F(HeldReadsFileMemoryTest, LoadsADropLeftRunningStillCountAgainstTheBudget) {
+  for (int k = 0; k < 32; ++k) Store(kRootIno, "k" + std::to_string(k), Pattern(1 << 20, k));
+  ASSERT_TRUE(fs_->Sync().ok());
+  ASSERT_TRUE(fs_->DropCache().ok());
+  // Prefetch loads on the lane: queued, or at the (held) device.
+  auto on_lane = [&] {
+    for (const LaneStats& l : fs_->Stats().lanes) {
+      if (l.name == "prefetch") return static_cast<uint64_t>(l.inflight) + l.queued;
+    }
+    ADD_FAILURE() << "no prefetch lane";
+    return uint64_t{0};
+  };
+  gate_->HoldReads();
+  ASSERT_TRUE(fs_->Prefetch(kRootIno).ok());  // every file in the directory, within the budget
+  const uint64_t first = on_lane();
+  EXPECT_GE(first, 4u);
+  EXPECT_LE(first, 9u);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(fs_->DropCache().ok());
+    ASSERT_TRUE(fs_->Prefetch(kRootIno).ok());
+  }
+  EXPECT_LE(on_lane(), first) << "loads queued beyond the budget after cache drops";
+  gate_->Release();
+  ASSERT_TRUE(fs_->Sync().ok());
+}
+
+}  // namespace
+}  // namespace kvfs::fs

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from conftest import GiB
+from kvio import read_stats
 
 CYCLE_WRITE = os.environ.get("KVFS_CYCLE_WRITE_BIN")
 STORM = os.path.join(os.path.dirname(__file__), "signal_storm.py")
@@ -75,7 +76,7 @@ def test_signals_during_loads_with_eviction(make_volume):
     """The storm on a volume kept full by eviction (evict=lru, no minimum
     age): passes remove files while loads of them are in flight."""
     v = make_volume("ev", size=512 << 20,
-                    options="evict=lru,evict_min_age=0,evict_high=60,evict_low=40")
+                    options="evict=lru,evict_min_age=0,evict_high=45,evict_low=30")
     v.mount.start()
     try:
         r = subprocess.run([sys.executable, STORM, v.path, "--rounds", "4", "--seed", "11",
@@ -83,6 +84,7 @@ def test_signals_during_loads_with_eviction(make_volume):
                            capture_output=True, text=True, timeout=300)
         # Evicted files are gone, not torn: the storm checks what is there.
         assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+        assert read_stats(v.path)["eviction"]["files"] > 0
         assert device_errors(v.mount.read_log()) == []
     finally:
         v.mount.stop()

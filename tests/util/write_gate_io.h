@@ -1,7 +1,7 @@
 // WriteGateIo: a BlockIo around the real engine that a test uses to hold
 // device writes back (Hold/Release) or fail them with EIO (FailWrites), so it
-// can check what is committed before the data is on the device. Reads and
-// flushes always pass.
+// can check what is committed before the data is on the device; reads are
+// held only after HoldReads(). Flushes always pass.
 #pragma once
 
 #include <cerrno>
@@ -22,7 +22,9 @@ class WriteGateIo : public device::BlockIo {
     {
       std::lock_guard<std::mutex> l(mu_);
       for (auto& r : reqs) {
-        if (r.op != device::IoOp::kWrite) {
+        if (r.op == device::IoOp::kRead && hold_reads_) {
+          held_.push_back(std::move(r));
+        } else if (r.op != device::IoOp::kWrite) {
           pass.push_back(std::move(r));
         } else if (fail_) {
           fail.push_back(std::move(r));
@@ -47,6 +49,11 @@ class WriteGateIo : public device::BlockIo {
     std::lock_guard<std::mutex> l(mu_);
     hold_ = true;
   }
+  // Reads submitted from now on wait for Release() too.
+  void HoldReads() {
+    std::lock_guard<std::mutex> l(mu_);
+    hold_reads_ = true;
+  }
   // Writes submitted from now on fail with EIO (while `on`).
   void FailWrites(bool on) {
     std::lock_guard<std::mutex> l(mu_);
@@ -62,6 +69,7 @@ class WriteGateIo : public device::BlockIo {
     {
       std::lock_guard<std::mutex> l(mu_);
       hold_ = false;
+      hold_reads_ = false;
       go.swap(held_);
     }
     if (!go.empty()) inner_.Submit(go);
@@ -72,6 +80,7 @@ class WriteGateIo : public device::BlockIo {
   std::mutex mu_;
   bool hold_ = false;                    // GUARDED_BY(mu_)
   bool fail_ = false;                    // GUARDED_BY(mu_)
+  bool hold_reads_ = false;              // GUARDED_BY(mu_)
   std::vector<device::IoRequest> held_;  // GUARDED_BY(mu_)
 };
 
