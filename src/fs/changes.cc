@@ -92,7 +92,9 @@ void FileSystem::Impl::WriteOutAndQueue(const InodeRef& inode, std::unique_lock<
 // Captures the live record of `inode` for the index. The size is held back
 // to the start of the first chunk past the last captured size whose new data
 // is not written yet, so a crash never shows a grown file with a hole where
-// unwritten data should be. REQUIRES: inode->mu held.
+// unwritten data should be; and held up to the end of an extent a truncate
+// cut whose chunk's new head is not written yet, so a crash never shows the
+// kept head as zeros. REQUIRES: inode->mu held.
 static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
   index::Inode r = x.rec;
   r.extents.clear();
@@ -107,7 +109,21 @@ static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
         break;
       }
     }
-    const uint64_t limit = AlignUp(size, kBlockSize);
+    uint64_t limit = AlignUp(size, kBlockSize);
+    // A truncate that cut inside an extent staged the chunk's head, to be
+    // written as a new extent; until that is installed the old extent is
+    // the only copy of the head's bytes. The record keeps it, and its size
+    // reaches the extent's end (a prefix of the old file, as growth is held
+    // back above), or a crash would leave the new size over zeros.
+    for (const auto& [ci, cs] : x.chunks) {
+      if (!cs.staged && !cs.inflight) continue;
+      for (const index::FileExtent& fe : cs.extents) {
+        if (fe.file_off < limit && fe.file_off + fe.ext.len > limit) {
+          size = fe.file_off + fe.ext.len;
+          limit = AlignUp(size, kBlockSize);
+        }
+      }
+    }
     for (const auto& [ci, cs] : x.chunks) {
       for (const index::FileExtent& fe : cs.extents) {
         if (fe.file_off + fe.ext.len <= limit) r.extents.push_back(fe);
