@@ -113,14 +113,15 @@ static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
     // A truncate that cut inside an extent staged the chunk's head, to be
     // written as a new extent; until that is installed the old extent is
     // the only copy of the head's bytes. The record keeps it, and its size
-    // reaches the extent's end (a prefix of the old file, as growth is held
-    // back above), or a crash would leave the new size over zeros.
+    // reaches the extent's end or the old size (a prefix of the old file, as
+    // growth is held back above), or a crash would leave the new size over zeros.
     for (const auto& [ci, cs] : x.chunks) {
       if (!cs.staged && !cs.inflight) continue;
       for (const index::FileExtent& fe : cs.extents) {
         if (fe.file_off < limit && fe.file_off + fe.ext.len > limit) {
-          size = fe.file_off + fe.ext.len;
-          limit = AlignUp(size, kBlockSize);
+          // Not past the old size: the extent's last block may hold more.
+          size = std::min(fe.file_off + fe.ext.len, std::max(size, durable));
+          limit = std::max(limit, fe.file_off + fe.ext.len);
         }
       }
     }
