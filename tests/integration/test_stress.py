@@ -25,17 +25,10 @@ SEED = os.environ.get("KVFS_STRESS_SEED")
 # A few keys per thread, small enough for a 1 GiB volume and a loaded
 # 2-core machine; every kind of operation runs many times.
 COMMON = ["--threads", "4", "--keys", "48", "--sizes", "4K,64K,256K,1M", "--timeout", "30"]
-# Crash mode leaves out, until kvfs is fixed, the ops with which a kill -9
-# finds a key's name pointing at zeros or an empty file (kvfs bugs; each
-# reproduced by this run with the op added back):
-# - truncate: a truncated key, even one whose data was fsynced, comes back
-#   at its new size but all zeros;
-# - rewrite: a key rewritten in place shortly after an unsynced store came
-#   back empty;
-# - signal: a signalled child's key (stored without fsync, its writes
-#   interrupted) came back at its size but all zeros.
-# The plain runs keep them all.
-CRASH_OPS = "store,load,stat,unlink,scandir,drop_cache,batch"
+# Crash mode runs every kind of operation: truncates (whose records once
+# dropped the extent a cut fell in, so a kill left the new size over
+# zeros), in-place rewrites, signalled children and batch calls included.
+CRASH_OPS = "store,load,stat,unlink,truncate,rewrite,scandir,drop_cache,batch,signal"
 
 
 def run_stress(args, timeout):
