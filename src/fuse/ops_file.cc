@@ -54,7 +54,9 @@ void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags) {
   SessionState& s = StateOf(req);
   std::shared_ptr<AsyncReply> reply;
   try {
-    reply = AsyncReply::Start(req, "open");
+    // An open that waits for the file's load is answered EINTR at once if
+    // its caller gets a signal (the kernel waits for the answer).
+    reply = AsyncReply::Start(req, "open", AsyncReply::OnInterrupt::kAnswer);
     Passthrough* pt = s.passthrough;
     fs::FileSystem* fs = s.fs;
     // An unprivileged O_TRUNC open clears setuid/setgid; `who` lives until
@@ -179,7 +181,7 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
   // back to the kernel for the next request instead of waiting on the device.
   std::shared_ptr<AsyncReply> reply;
   try {
-    reply = AsyncReply::Start(req, "read", /*cancellable=*/true);
+    reply = AsyncReply::Start(req, "read", AsyncReply::OnInterrupt::kCancel);
     // Other callers' writes wait until this read has its reply. Ended
     // before the reply is let go (members go in reverse order), also if
     // the callback were dropped unanswered: the reply's end may end the
@@ -269,7 +271,9 @@ void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   std::shared_ptr<AsyncReply> reply;
   try {
-    reply = AsyncReply::Start(req, "fsync");
+    // Waits for write-behind and a commit: answered EINTR at once if its
+    // caller gets a signal (the data still goes out, in order).
+    reply = AsyncReply::Start(req, "fsync", AsyncReply::OnInterrupt::kAnswer);
     s.fs->Fsync(fi->fh, datasync != 0, [reply](Status st) {
       if (reply->Claim()) ReplyStatus(reply->req(), st, "fsync");
     });

@@ -162,15 +162,20 @@ void PendingReplies::WaitNone() {
 
 // --- AsyncReply
 
-std::shared_ptr<AsyncReply> AsyncReply::Start(fuse_req_t req, const char* op, bool cancellable) {
+std::shared_ptr<AsyncReply> AsyncReply::Start(fuse_req_t req, const char* op,
+                                              OnInterrupt on_interrupt) {
   SessionState& state = StateOf(req);
   std::shared_ptr<AsyncReply> r(new AsyncReply(req, op, state));
-  if (cancellable) r->cancel_ = std::make_shared<std::atomic<bool>>(false);
+  if (on_interrupt != OnInterrupt::kIgnore) r->cancel_ = std::make_shared<std::atomic<bool>>(false);
   // Armed only after every allocation succeeded: if one threw, the request
   // is still the handler's to answer (ENOMEM) and nothing was counted.
   state.pending.Add();
   r->armed_ = true;
-  if (r->cancel_) state.interrupts.Watch(req, r->cancel_);
+  if (r->cancel_) {
+    std::weak_ptr<AsyncReply> answer;
+    if (on_interrupt == OnInterrupt::kAnswer) answer = r;
+    state.interrupts.Watch(req, r->cancel_, std::move(answer));
+  }
   return r;
 }
 
@@ -192,13 +197,29 @@ AsyncReply::~AsyncReply() {
 
 // --- Interrupts
 
-void Interrupts::Watch(fuse_req_t req, std::shared_ptr<std::atomic<bool>> flag) {
+namespace {
+
+// Set while Watch() registers a request: libfuse runs the interrupt
+// callback at once if the interrupt came first, holding the request's lock
+// and no reference of its own, so a reply there could free the request
+// under it. Watch() answers such an interrupt itself, after registering.
+thread_local bool t_in_watch = false;
+thread_local bool t_interrupted_in_watch = false;
+
+}  // namespace
+
+void Interrupts::Watch(fuse_req_t req, std::shared_ptr<std::atomic<bool>> flag,
+                       std::weak_ptr<AsyncReply> answer) {
   {
     MutexLock l(mu_);
-    flags_[req] = std::move(flag);
+    flags_[req] = Watched{std::move(flag), answer};
   }
   // Runs OnInterrupt at once if the interrupt came first; so not under mu_.
+  t_in_watch = true;
+  t_interrupted_in_watch = false;
   fuse_req_interrupt_func(req, &Interrupts::OnInterrupt, this);
+  t_in_watch = false;
+  if (t_interrupted_in_watch) AnswerInterrupted(answer);
 }
 
 void Interrupts::Forget(fuse_req_t req) {
@@ -206,21 +227,32 @@ void Interrupts::Forget(fuse_req_t req) {
   flags_.erase(req);
 }
 
+void Interrupts::AnswerInterrupted(const std::weak_ptr<AsyncReply>& answer) {
+  std::shared_ptr<AsyncReply> r = answer.lock();
+  if (r && r->Claim()) fuse_reply_err(r->req(), EINTR);
+}
+
 void Interrupts::OnInterrupt(fuse_req_t req, void* self) {
-  // libfuse holds a reference to `req` during this call, so its address is
-  // not reused by another request meanwhile.
+  // libfuse holds a reference to `req` during this call (but in Watch(),
+  // see t_in_watch), so its address is not reused by another request
+  // meanwhile.
   auto* in = static_cast<Interrupts*>(self);
-  std::shared_ptr<std::atomic<bool>> flag;
+  Watched w;
   {
     MutexLock l(in->mu_);
     auto it = in->flags_.find(req);
     if (it == in->flags_.end()) return;
-    flag = it->second;
+    w = it->second;
   }
   // Not under mu_: a read whose queued commands are dropped replies (and
   // so Forgets) from the scheduler's thread.
-  Status st = NoThrowVoid([&] { StateOf(req).fs->CancelReads(flag); });
-  if (!st.ok()) flag->store(true, std::memory_order_relaxed);  // dropped at dispatch instead
+  Status st = NoThrowVoid([&] { StateOf(req).fs->CancelReads(w.flag); });
+  if (!st.ok()) w.flag->store(true, std::memory_order_relaxed);  // dropped at dispatch instead
+  if (t_in_watch) {
+    t_interrupted_in_watch = true;
+  } else {
+    AnswerInterrupted(w.answer);
+  }
 }
 
 }  // namespace kvfs::fuse

@@ -78,10 +78,17 @@ Status NoThrowVoid(F&& f) noexcept {
 // caller is not left hanging. Counts itself in PendingReplies while alive.
 class AsyncReply {
  public:
+  // How an interrupt of the request (the kernel's FUSE_INTERRUPT: the
+  // caller got a signal) is taken.
+  enum class OnInterrupt {
+    kIgnore,  // the reply comes when the work ends
+    kCancel,  // cancel_flag() is set and reads queued under it are dropped
+    kAnswer,  // answered EINTR at once; the work ends on its own, and its
+              // reply finds the request answered (Claim() is false)
+  };
   // May throw std::bad_alloc (before anything is owed by anyone else).
-  // With `cancellable`, an interrupt of the request sets cancel_flag().
   static std::shared_ptr<AsyncReply> Start(fuse_req_t req, const char* op,
-                                           bool cancellable = false);
+                                           OnInterrupt on_interrupt = OnInterrupt::kIgnore);
   ~AsyncReply();
   AsyncReply(const AsyncReply&) = delete;
   AsyncReply& operator=(const AsyncReply&) = delete;

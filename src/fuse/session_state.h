@@ -22,6 +22,7 @@
 
 namespace kvfs::fuse {
 
+class AsyncReply;
 class Passthrough;
 class UringTransport;
 
@@ -57,15 +58,26 @@ class PendingReplies {
 // request is being replied to, after its own state would be gone.
 class Interrupts {
  public:
-  // Watches `req` for an interrupt (at once if one already came).
-  void Watch(fuse_req_t req, std::shared_ptr<std::atomic<bool>> flag);
+  // Watches `req` for an interrupt (at once if one already came): the
+  // interrupt sets `flag` and drops the reads queued under it; with
+  // `answer`, it also answers the request EINTR then (the caller gave up:
+  // what the request waits for still ends, and its reply finds the
+  // request answered).
+  void Watch(fuse_req_t req, std::shared_ptr<std::atomic<bool>> flag,
+             std::weak_ptr<AsyncReply> answer = {});
   // Stops watching; call before replying to `req`.
   void Forget(fuse_req_t req);
 
  private:
+  struct Watched {
+    std::shared_ptr<std::atomic<bool>> flag;
+    std::weak_ptr<AsyncReply> answer;
+  };
   static void OnInterrupt(fuse_req_t req, void* self);
+  // Claims `answer`'s reply, if unclaimed, and replies EINTR.
+  static void AnswerInterrupted(const std::weak_ptr<AsyncReply>& answer);
   Mutex mu_;
-  std::unordered_map<fuse_req_t, std::shared_ptr<std::atomic<bool>>> flags_ GUARDED_BY(mu_);
+  std::unordered_map<fuse_req_t, Watched> flags_ GUARDED_BY(mu_);
 };
 
 struct SessionState {

@@ -88,3 +88,60 @@ def test_signals_during_loads_with_eviction(make_volume):
         assert device_errors(v.mount.read_log()) == []
     finally:
         v.mount.stop()
+
+
+SIGNALLED_CHILD = (
+    "import os, sys\n"
+    "path, what = sys.argv[1], sys.argv[2]\n"
+    "if what == 'open':\n"
+    "    print('waiting', flush=True)\n"
+    "    os.open(path, os.O_RDONLY)\n"
+    "else:\n"
+    "    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)\n"
+    "    os.write(fd, bytes(range(256)) * (8 << 12))\n"
+    "    print('waiting', flush=True)\n"
+    "    os.fsync(fd)\n"
+)
+
+
+@pytest.mark.parametrize("what", ["open", "fsync"])
+def test_a_signal_answers_an_open_or_fsync_that_waits_for_the_device(make_volume, what):
+    """On a slow device (1 MB/s), an open of a 2 MiB file waits for its
+    load and an fsync of 2 MiB for its writes, 2 s each. A signal
+    (SIGINT, the default action) ends the caller at once: the kernel waits
+    for the daemon's answer to the request it sent, and the daemon answers
+    EINTR then. The load or the writes still end, the file reads back
+    whole, and nothing stays queued."""
+    import signal
+    import time
+    from kvio import wait_for
+    v = make_volume("slow", size=512 << 20, options="shape=100:1")
+    v.mount.start()
+    try:
+        data = bytes(range(256)) * (8 << 12)  # 2 MiB
+        path = v.p("k")
+        if what == "open":
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, data)
+            os.fsync(fd)
+            os.close(fd)
+            with open(v.p(".kvfs", "drop_cache"), "w") as f:
+                f.write("1")
+        p = subprocess.Popen([sys.executable, "-c", SIGNALLED_CHILD, path, what],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert p.stdout.readline() == b"waiting\n"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+        took = time.monotonic() - sent
+        assert took < 1.0, f"the {what} ended {took:.2f} s after its caller's signal"
+        def lanes_idle():
+            lanes = read_stats(v.path)["lanes"]
+            return all(lanes[n]["queued"] == 0 and lanes[n]["inflight"] == 0 for n in lanes)
+        wait_for(lanes_idle, "the lanes to drain", timeout=30)
+        with open(path, "rb") as f:
+            assert f.read() == data
+    finally:
+        v.mount.stop()
+    assert device_errors(v.mount.read_log()) == []
