@@ -132,16 +132,29 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
         if (m && !reqs.empty()) ram_->memory()->NoteOpenLoad(*m);
       }
     }
-    if (m) {
-      Status st = OpenLocked(i, flags, kill, m, /*pending=*/true);
-      if (!st.ok()) {
-        l.unlock();
-        if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs);  // the load stays cached
-        return done(st);
+    if (!m) {
+      // Not served: counted as an open in this hold of i->mu, the one
+      // that decided it. Counted later, an open decided in between could
+      // be served (nothing else open), beside this ordinary one: the
+      // kernel then fails the later of the two with EIO, or takes both,
+      // and this open's writes reach the file while reads are served from
+      // the memory, which keeps the old bytes.
+      Status st = OpenLocked(i, flags, kill, nullptr);
+      l.unlock();
+      if (!st.ok()) return done(st);
+      KVFS_SYNC_POINT("FileSystem::OpenServed:NotServed");  // no lock held
+      if ((flags & O_ACCMODE) == O_RDONLY && options_.prefetch != PrefetchMode::kOff) {
+        prefetcher_->NoteReadOpen(ino);
       }
+      return done(Opened{handles_.Add(Handle{i, flags, nullptr}), nullptr});
+    }
+    Status st = OpenLocked(i, flags, kill, m, /*pending=*/true);
+    if (!st.ok()) {
+      l.unlock();
+      if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs);  // the load stays cached
+      return done(st);
     }
   }
-  if (!m) return plain();
   if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs);
   // Readahead of the files after it (inode order) starts now, not after
   // this file's load.

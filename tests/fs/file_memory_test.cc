@@ -205,6 +205,62 @@ TEST_F(FileMemoryTest, AnOpenDecidedServedKeepsItsMemoryThroughACacheDrop) {
   fs_->Release(reader.fh);
 }
 
+// generic/451's loop again: readers open, read and close the file while a
+// writer opens it O_RDWR. An open decided not served (the writer: nothing
+// is served when it asks) is counted in the same hold of the inode's lock
+// as the decision. Counted only later, a reader's open decided meanwhile
+// was served (nothing else open), beside the writer's ordinary open: the
+// kernel fails the later of the two opens with EIO, or takes both, and the
+// writer's bytes go to the file while the reader's memory, still the
+// file's authority, keeps the old ones; the writer's read-back open is
+// served from that memory and sees the old bytes.
+TEST_F(FileMemoryTest, AnOpenDecidedNotServedIsCountedBeforeAnotherOpenIsDecided) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "sync points are compiled out";
+#endif
+  const uint64_t size = 640 << 10;
+  const std::string old_bytes(size, '\x55');
+  const std::string new_bytes(size, '\xaa');
+  const uint64_t ino = Store(kRootIno, "k", old_bytes);
+  ASSERT_TRUE(fs_->Sync().ok());
+  {
+    FileSystem::Opened r = OpenServed(ino, O_RDONLY);  // loads the file's memory
+    ASSERT_NE(r.memory, nullptr);
+    fs_->Release(r.fh);
+  }
+  std::atomic<int> reached{0};
+  FileSystem::Opened reader;
+  SyncPoints::Set("FileSystem::OpenServed:NotServed", [&](void*) {
+    if (reached.fetch_add(1) != 0) return;
+    reader = OpenServed(ino, O_RDONLY);  // a reader's open, now
+  });
+  FileSystem::Opened writer = OpenServed(ino, O_RDWR);
+  SyncPoints::ClearAll();
+  ASSERT_GE(reached.load(), 1);
+  // All of the file's opens served, or none (the kernel's rule).
+  EXPECT_EQ(writer.memory, nullptr);
+  EXPECT_EQ(reader.memory != nullptr, writer.memory != nullptr) << "the reader's open was served";
+  // The writer's cycle: write, close, reopen and read back.
+  auto w = fs_->Write(writer.fh, 0, new_bytes);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(fs_->Flush(writer.fh).ok());
+  fs_->Release(writer.fh);
+  FileSystem::Opened back = OpenServed(ino, O_RDONLY);
+  std::string got;
+  if (back.memory) {
+    got = KernelRead(*back.memory);
+  } else {
+    auto r = ReadFh(back.fh, 0, size);
+    ASSERT_TRUE(r.ok());
+    got = *r;
+  }
+  EXPECT_TRUE(got == new_bytes) << "read back served=" << (back.memory != nullptr)
+                                << ", first byte that is not the writer's: "
+                                << got.find_first_not_of('\xaa');
+  fs_->Release(back.fh);
+  fs_->Release(reader.fh);
+}
+
 TEST_F(FileMemoryTest, AnOpenTheFrontEndCannotServeIsAnOrdinaryOne) {
   const uint64_t ino = Store(kRootIno, "k", Pattern(1 << 20, 5));
   FileSystem::Opened o = OpenServed(ino, O_RDONLY, /*can_serve=*/false);
