@@ -48,10 +48,15 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, KillPriv* kill)
     std::unique_lock<std::mutex> l(i->mu);
     KVFS_RETURN_IF_ERROR(OpenLocked(i, flags, kill, nullptr));
   }
+  return AddOpenHandle(i, flags, nullptr);
+}
+
+uint64_t FileSystem::Impl::AddOpenHandle(const InodeRef& i, int flags,
+                                         std::shared_ptr<FileMemory> served) {
   if ((flags & O_ACCMODE) == O_RDONLY && options_.prefetch != PrefetchMode::kOff) {
-    prefetcher_->NoteReadOpen(ino);
+    prefetcher_->NoteReadOpen(i->ino);
   }
-  return handles_.Add(Handle{i, flags, nullptr});
+  return handles_.Add(Handle{i, flags, std::move(served)});
 }
 
 Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, KillPriv* kill,
@@ -111,12 +116,9 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
       // every open is, whatever its flags (a writer's bytes land there and
       // are written out by Flush, Fsync and Release).
       Status st = OpenLocked(i, flags, kill, held);
-      if (!st.ok()) return done(st);
       l.unlock();
-      if ((flags & O_ACCMODE) == O_RDONLY && options_.prefetch != PrefetchMode::kOff) {
-        prefetcher_->NoteReadOpen(ino);
-      }
-      return done(Opened{handles_.Add(Handle{i, flags, held}), held});
+      if (!st.ok()) return done(st);
+      return done(Opened{AddOpenHandle(i, flags, held), held});
     }
     // Served only when no other open could conflict (a writer's bytes go
     // through Write(); an O_DIRECT open puts the kernel in cached mode):
@@ -143,10 +145,7 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
       l.unlock();
       if (!st.ok()) return done(st);
       KVFS_SYNC_POINT("FileSystem::OpenServed:NotServed");  // no lock held
-      if ((flags & O_ACCMODE) == O_RDONLY && options_.prefetch != PrefetchMode::kOff) {
-        prefetcher_->NoteReadOpen(ino);
-      }
-      return done(Opened{handles_.Add(Handle{i, flags, nullptr}), nullptr});
+      return done(Opened{AddOpenHandle(i, flags, nullptr), nullptr});
     }
     Status st = OpenLocked(i, flags, kill, m, /*pending=*/true);
     if (!st.ok()) {

@@ -424,6 +424,10 @@ class FileSystem::Impl {
   // it waits leaves an orphan the open can still use.
   Status OpenLocked(const InodeRef& i, int flags, KillPriv* kill,
                     const std::shared_ptr<FileMemory>& served, bool pending = false);
+  // The open's work after i->mu, once OpenLocked counted it: the readahead
+  // notice of a read-only open, and its handle (served from `served`, or
+  // not). Returns the handle.
+  uint64_t AddOpenHandle(const InodeRef& i, int flags, std::shared_ptr<FileMemory> served);
   // file_ops.cc: copies the bytes of `m` (what the kernel wrote into it
   // through served opens) into the file through handle `fh` (write-behind,
   // as write(2) would), one write-out of `m` at a time.
