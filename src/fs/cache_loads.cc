@@ -102,6 +102,29 @@ bool IsAtVersion(const InodeState& i, const MemoryVersion& v) {
          same;
 }
 
+// Zeroes the bytes of [0, size) at `data` that no extent of `i` and no
+// chunk being written covers (what StartMemoryLoad does not write).
+// REQUIRES: i.mu held.
+void ClearUncovered(const InodeState& i, uint64_t size, char* data) {
+  std::vector<std::pair<uint64_t, uint64_t>> covered;
+  for (const auto& [ci, cs] : i.chunks) {
+    const uint64_t cstart = ci * kChunkBytes;
+    if (cs.inflight) {
+      covered.push_back({cstart, cstart + kChunkBytes});
+    } else {
+      for (const auto& fe : cs.extents) covered.push_back({fe.file_off, fe.file_off + fe.ext.len});
+    }
+  }
+  std::sort(covered.begin(), covered.end());
+  uint64_t pos = 0;
+  for (const auto& [a, b] : covered) {
+    if (a >= size) break;
+    if (a > pos) std::memset(data + pos, 0, a - pos);
+    pos = std::max(pos, b);
+  }
+  if (pos < size) std::memset(data + pos, 0, size - pos);
+}
+
 }  // namespace
 
 std::optional<MemoryVersion> FileSystem::Impl::CurrentMemoryVersion(const InodeState& i) {
@@ -148,11 +171,13 @@ std::shared_ptr<FileMemory> FileSystem::Impl::StartMemoryLoad(
   for (const auto& [ci, cs] : i->chunks) {
     for (const auto& fe : cs.extents) end = std::max(end, fe.file_off + fe.ext.len);
   }
-  Result<std::shared_ptr<FileMemory>> made =
-      FileMemory::Create(*v, AlignUp(end, kBlockSize));
+  Result<std::shared_ptr<FileMemory>> made = ram_->memory()->Make(*v, AlignUp(end, kBlockSize));
   if (!made.ok()) return nullptr;
   std::shared_ptr<FileMemory> m = std::move(*made);
   if (!ram_->memory()->Insert(i->token, m, prefetch)) return nullptr;
+  // Kept memory holds a former file's bytes: what neither a device read
+  // nor a copy below writes (holes) must read as zeros.
+  if (!m->zeroed()) ClearUncovered(*i, v->size, m->data());
   struct Load {
     Countdown reads;
     std::shared_ptr<FileMemory> memory;

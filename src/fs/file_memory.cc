@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <string>
 
 namespace kvfs::fs {
 
@@ -44,46 +45,130 @@ int NewMemoryFile() {
   return memfd_create("kvfs-file", MFD_CLOEXEC);
 }
 
-}  // namespace
-
-Result<std::shared_ptr<FileMemory>> FileMemory::Create(MemoryVersion version, uint64_t map_bytes) {
+// An unnamed file the daemon holds through one read-write open, which
+// ReachedByOthers' lease counts as its own. (A memfd's first open counts
+// as two for a lease, so a memfd is reopened.)
+int OwnMemoryFile() {
   const int fd = NewMemoryFile();
-  if (fd < 0) return Status::Error(errno, "memfd_create");
-  // Its pages are made when the mapping is populated, below: through the
-  // mapping they are huge where free huge pages exist and small otherwise,
-  // never waiting for memory to be compacted (fallocate would).
-  if (map_bytes > 0 && ftruncate(fd, static_cast<off_t>(map_bytes)) != 0) {
-    const int e = errno;
-    close(fd);
-    return Status::Error(e, "sizing a file's memory");
-  }
-  char* data = nullptr;
-  if (map_bytes > 0) {
-    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      close(fd);
-      return Status::Error(e, "mapping a file's memory");
-    }
-    // Every page exists before a device read targets it: a page the tmpfs
-    // cannot make (its size, the memory cgroup) fails here, with ENOMEM
-    // or ENOSPC, and the load takes another path, instead of failing each
-    // device read into it with EFAULT. (MAP_POPULATE would fail silently.)
-    if (madvise(p, map_bytes, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
-      const int e = errno;
-      munmap(p, map_bytes);
-      close(fd);
-      return Status::Error(e == EFAULT ? ENOMEM : e, "making a file's memory");
-    }
-    data = static_cast<char*>(p);
-  }
-  return std::shared_ptr<FileMemory>(new FileMemory(fd, data, map_bytes, std::move(version)));
+  if (fd < 0 || HugeTmpfsRoot() >= 0) return fd;
+  const int own = open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR | O_CLOEXEC);
+  const int e = errno;
+  close(fd);
+  errno = e;
+  return own;
 }
 
+Status MakePages(int fd, char* data, uint64_t bytes) {
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    return Status::Error(errno, "sizing a file's memory");
+  }
+  // Every page exists before a device read targets it: a page the tmpfs
+  // cannot make (its size, the memory cgroup) fails here, with ENOMEM or
+  // ENOSPC, and the load takes another path, instead of failing each
+  // device read into it with EFAULT. (MAP_POPULATE would fail silently.)
+  // Through the mapping, pages are huge where free huge pages exist and
+  // small otherwise, never waiting for memory to be compacted (fallocate
+  // would).
+  if (bytes > 0 && madvise(data, bytes, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
+    return Status::Error(errno == EFAULT ? ENOMEM : errno, "making a file's memory");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ blocks
+
+Result<std::unique_ptr<MemoryBlock>> MemoryBlock::Make(uint64_t map_bytes) {
+  auto b = std::make_unique<MemoryBlock>();
+  b->fd = OwnMemoryFile();
+  if (b->fd < 0) return Status::Error(errno, "making a memory file");
+  if (map_bytes == 0) return b;
+  if (ftruncate(b->fd, static_cast<off_t>(map_bytes)) != 0) {
+    return Status::Error(errno, "sizing a file's memory");
+  }
+  void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+  if (p == MAP_FAILED) return Status::Error(errno, "mapping a file's memory");
+  b->data = static_cast<char*>(p);
+  b->mapped = map_bytes;
+  KVFS_RETURN_IF_ERROR(MakePages(b->fd, b->data, map_bytes));
+  return b;
+}
+
+MemoryBlock::~MemoryBlock() {
+  if (data != nullptr) munmap(data, mapped);
+  if (fd >= 0) close(fd);
+  if (export_id > 0 && export_release) export_release(export_id);
+}
+
+Status MemoryBlock::Remake() { return MakePages(fd, data, mapped); }
+
+bool MemoryBlock::ReachedByOthers() const {
+  // A write lease is granted only while the taker's is the one open of
+  // the file (the kernel counts read-only and writable opens). A client's
+  // open of the file served from it, and a client's mapping (which keeps
+  // the file it mapped open), are such opens; the kernel's registration
+  // of the export id holds the daemon's own. Any failure counts as reached.
+  if (fcntl(fd, F_SETLEASE, F_WRLCK) != 0) return true;
+  (void)fcntl(fd, F_SETLEASE, F_UNLCK);
+  return false;
+}
+
+// ------------------------------------------------------------ the pool
+
+std::unique_ptr<MemoryBlock> MemoryPool::Take(uint64_t map_bytes) {
+  std::unique_ptr<MemoryBlock> b;
+  {
+    MutexLock l(mu_);
+    auto it = kept_.find(map_bytes);
+    if (it == kept_.end() || it->second.empty()) return nullptr;
+    b = std::move(it->second.back());
+    it->second.pop_back();
+    bytes_.fetch_sub(map_bytes, std::memory_order_relaxed);
+  }
+  if (!b->Remake().ok()) return nullptr;  // freed here
+  reused_.fetch_add(1, std::memory_order_relaxed);
+  return b;
+}
+
+void MemoryPool::Give(std::unique_ptr<MemoryBlock> b) {
+  if (!b || b->data == nullptr || b->ReachedByOthers()) return;  // freed here
+  MutexLock l(mu_);
+  if (bytes() + b->mapped > limit_) return;  // freed at return, after the lock
+  bytes_.fetch_add(b->mapped, std::memory_order_relaxed);
+  kept_[b->mapped].push_back(std::move(b));
+}
+
+std::vector<std::unique_ptr<MemoryBlock>> MemoryPool::SetLimit(uint64_t limit) {
+  std::vector<std::unique_ptr<MemoryBlock>> surplus;
+  MutexLock l(mu_);
+  limit_ = limit;
+  for (auto it = kept_.begin(); bytes() > limit_ && it != kept_.end();) {
+    while (bytes() > limit_ && !it->second.empty()) {
+      bytes_.fetch_sub(it->second.back()->mapped, std::memory_order_relaxed);
+      surplus.push_back(std::move(it->second.back()));
+      it->second.pop_back();
+    }
+    it = it->second.empty() ? kept_.erase(it) : std::next(it);
+  }
+  return surplus;
+}
+
+// ------------------------------------------------------------ file memory
+
+FileMemory::FileMemory(std::unique_ptr<MemoryBlock> block, bool zeroed, MemoryVersion version,
+                       std::shared_ptr<MemoryPool> pool)
+    : pool_(std::move(pool)),
+      fd_(block->fd),
+      data_(block->data),
+      mapped_(block->mapped),
+      zeroed_(zeroed),
+      version_(std::move(version)),
+      block_(std::move(block)) {}
+
 FileMemory::~FileMemory() {
-  if (data_ != nullptr) munmap(data_, mapped_);
-  close(fd_);
-  if (export_id_ > 0 && export_release_) export_release_(export_id_);
+  MutexLock l(mu_);
+  if (pool_) pool_->Give(std::move(block_));
 }
 
 bool FileMemory::WaitIfLoading(std::function<void(bool ok)> fn) {
@@ -122,21 +207,52 @@ void FileMemory::Finish(bool ok) {
 int FileMemory::ExportId(const std::function<int(int fd)>& make,
                          std::function<void(int id)> release) {
   MutexLock l(mu_);
-  if (export_id_ > 0) return export_id_;
+  if (block_->export_id > 0) return block_->export_id;
   const int id = make(fd_);
   if (id > 0) {
-    export_id_ = id;
-    export_release_ = std::move(release);
+    block_->export_id = id;
+    block_->export_release = std::move(release);
   }
   return id;
 }
 
 int FileMemory::export_id() const {
   MutexLock l(mu_);
-  return export_id_;
+  return block_->export_id;
 }
 
 // ------------------------------------------------------------ the cache
+
+namespace {
+
+// The part of the budget left to memory kept for the next loads: enough
+// for the loads between two evictions of many loops at once.
+uint64_t PoolReserve(uint64_t budget) { return budget / 8; }
+
+}  // namespace
+
+FileMemoryCache::FileMemoryCache(uint64_t budget_bytes)
+    : budget_(budget_bytes), reserve_(PoolReserve(budget_bytes)) {
+  MutexLock l(mu_);
+  LimitPoolLocked();
+}
+
+void FileMemoryCache::LimitPoolLocked() {
+  // Nothing is kept beyond the limit when it shrinks (entries grew), so
+  // no block is freed here, under the lock: Insert trims the pool first.
+  std::vector<std::unique_ptr<MemoryBlock>> none = pool_->SetLimit(budget_ - bytes_);
+  (void)none;
+}
+
+Result<std::shared_ptr<FileMemory>> FileMemoryCache::Make(MemoryVersion version,
+                                                         uint64_t map_bytes) {
+  std::unique_ptr<MemoryBlock> b = pool_->Take(map_bytes);
+  const bool zeroed = !b;
+  if (zeroed) {
+    KVFS_ASSIGN_OR_RETURN(b, MemoryBlock::Make(map_bytes));
+  }
+  return std::make_shared<FileMemory>(std::move(b), zeroed, std::move(version), pool_);
+}
 
 std::shared_ptr<FileMemory> FileMemoryCache::Get(uint64_t owner) {
   MutexLock l(mu_);
@@ -149,6 +265,7 @@ std::shared_ptr<FileMemory> FileMemoryCache::Get(uint64_t owner) {
 bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& m,
                              bool prefetch) {
   std::vector<std::shared_ptr<FileMemory>> gone;  // freed after the lock
+  std::vector<std::unique_ptr<MemoryBlock>> surplus;  // the same
   bool ok = false;
   {
     MutexLock l(mu_);
@@ -164,7 +281,8 @@ bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& 
     }
     // Oldest first; entries that opens use or that are still loading stay.
     auto it = lru_.end();
-    while (bytes_ + m->bytes() > budget_ && it != lru_.begin()) {
+    const uint64_t room = budget_ - reserve_;
+    while (bytes_ + m->bytes() > room && it != lru_.begin()) {
       --it;
       auto s = slots_.find(*it);
       const FileMemory& v = *s->second.memory;
@@ -180,10 +298,11 @@ bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& 
       dropped_.fetch_add(1, std::memory_order_relaxed);
       it = next;
     }
-    if (bytes_ + m->bytes() <= budget_) {
+    if (bytes_ + m->bytes() <= room) {
       lru_.push_front(owner);
       slots_.emplace(owner, Slot{m, lru_.begin()});
       bytes_ += m->bytes();
+      surplus = pool_->SetLimit(budget_ - bytes_);
       m->unused_prefetch.store(prefetch);
       if (prefetch) {
         unused_prefetch_bytes_.fetch_add(m->bytes(), std::memory_order_relaxed);
@@ -207,6 +326,7 @@ void FileMemoryCache::EraseLocked(std::unordered_map<uint64_t, Slot>::iterator i
     wasted_.fetch_add(m.bytes(), std::memory_order_relaxed);
   }
   bytes_ -= m.bytes();
+  LimitPoolLocked();  // before `m` may go to the pool
   lru_.erase(it->second.lru);
   gone->push_back(std::move(it->second.memory));
   slots_.erase(it);
@@ -261,6 +381,8 @@ FileMemoryCounters FileMemoryCache::counters() const {
   c.prefetch_used_bytes = prefetch_used_.load(std::memory_order_relaxed);
   c.prefetch_wasted_bytes = wasted_.load(std::memory_order_relaxed);
   c.served_bytes = served_bytes_.load(std::memory_order_relaxed);
+  c.kept_bytes = pool_->bytes();
+  c.reused = pool_->reused();
   return c;
 }
 

@@ -16,9 +16,11 @@
 //
 // Lifetime: the cache holds one reference per file (keyed by the owning
 // InodeState's token); handles served from an entry hold more. Dropping
-// the cache's reference (eviction, a newer version) frees the memory once
-// the last handle is closed. ~FileMemory runs the release hook of the id
-// the front end exported it under (ExportId), so the kernel lets go too.
+// the cache's reference (eviction, a newer version) lets the memory go
+// once the last handle is closed: its memory file (a MemoryBlock: the
+// file, its mapping and the id the front end exported it under) goes back
+// to the cache's MemoryPool, which hands it to the next file's load, or
+// frees it, running the release hook of that id so the kernel lets go too.
 //
 // Thread safety: all methods are safe from any thread. Waiters run on the
 // thread that calls Finish(), without any lock held.
@@ -48,13 +50,69 @@ struct MemoryVersion {
   bool operator==(const MemoryVersion&) const = default;
 };
 
+// One memory file, mapped read-write into the daemon, with the id under
+// which the front end lets the kernel read it (0: none yet). Frees all of
+// it when destroyed.
+struct MemoryBlock {
+  // A memory file of `map_bytes` (a multiple of 4 KiB), mapped, every page
+  // made (ENOMEM or ENOSPC when the tmpfs or the memory cgroup cannot).
+  static Result<std::unique_ptr<MemoryBlock>> Make(uint64_t map_bytes);
+  ~MemoryBlock();
+  // Makes every page of the mapping again, the file sized to it: for a
+  // block whose file was cut (or grown) by its last use. Its bytes are the
+  // last use's, not zeros.
+  Status Remake();
+  // Whether any open file or mapping other than the daemon's own reaches
+  // the memory (a client's open or map of the file it was served as):
+  // then its bytes must not change.
+  bool ReachedByOthers() const;
+
+  int fd = -1;
+  char* data = nullptr;
+  uint64_t mapped = 0;
+  int export_id = 0;
+  std::function<void(int id)> export_release;
+};
+
+// The memory blocks no file holds, kept to be the next files' memory: a
+// cold load then finds memory made already (fresh pages are the costliest
+// part of a load) instead of making a file, its pages, a mapping and a
+// kernel registration on its critical path. A block a client can still
+// reach (ReachedByOthers) is never kept: a client's mapping must never show
+// another file's bytes. Kept blocks count against `limit` (what the cache
+// leaves of its budget, set by it); what does not fit is freed.
+//
+// Thread safety: any thread; its lock is taken last, with none held inside.
+class MemoryPool {
+ public:
+  // A kept block of exactly `map_bytes`, its pages made again; null if none.
+  std::unique_ptr<MemoryBlock> Take(uint64_t map_bytes);
+  // Keeps `b` for reuse, or frees it (reached by others, or no room).
+  void Give(std::unique_ptr<MemoryBlock> b);
+  // Bytes the kept blocks may take. Returns the kept ones beyond it, for
+  // the caller to free outside its own locks.
+  [[nodiscard]] std::vector<std::unique_ptr<MemoryBlock>> SetLimit(uint64_t limit);
+  uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  uint64_t reused() const { return reused_.load(std::memory_order_relaxed); }
+
+ private:
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, std::vector<std::unique_ptr<MemoryBlock>>> kept_ GUARDED_BY(mu_);
+  uint64_t limit_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> bytes_{0};
+  std::atomic<uint64_t> reused_{0};
+};
+
 class FileMemory {
  public:
   enum class State { kLoading, kReady, kFailed };
 
-  // A memfd of `map_bytes` (a multiple of 4 KiB, >= the file's size),
-  // mapped read-write, all zeros, for `version`. Errors: ENOMEM, EMFILE...
-  static Result<std::shared_ptr<FileMemory>> Create(MemoryVersion version, uint64_t map_bytes);
+  // The memory of `version`: `block` (of at least the file's size), which
+  // goes back to `pool` (if any) when this is destroyed. `zeroed`: the
+  // block is all zeros (made for it); otherwise it holds a former file's
+  // bytes, which its load must overwrite or clear.
+  FileMemory(std::unique_ptr<MemoryBlock> block, bool zeroed, MemoryVersion version,
+             std::shared_ptr<MemoryPool> pool);
   ~FileMemory();
   FileMemory(const FileMemory&) = delete;
   FileMemory& operator=(const FileMemory&) = delete;
@@ -63,6 +121,7 @@ class FileMemory {
   char* data() const { return data_; }
   // Bytes mapped at data(); device reads land anywhere below this.
   uint64_t mapped() const { return mapped_; }
+  bool zeroed() const { return zeroed_; }
   const MemoryVersion& version() const { return version_; }
   // The bytes the cache counts against its budget.
   uint64_t bytes() const { return mapped_; }
@@ -99,20 +158,19 @@ class FileMemory {
   Mutex& writeout_mu() RETURN_CAPABILITY(writeout_mu_) { return writeout_mu_; }
 
  private:
-  FileMemory(int fd, char* data, uint64_t mapped, MemoryVersion version)
-      : fd_(fd), data_(data), mapped_(mapped), version_(std::move(version)) {}
-
+  const std::shared_ptr<MemoryPool> pool_;
   const int fd_;
   char* const data_;
   const uint64_t mapped_;
+  const bool zeroed_;
   const MemoryVersion version_;
 
   Mutex writeout_mu_;
   mutable Mutex mu_;
   State state_ GUARDED_BY(mu_) = State::kLoading;
   std::vector<std::function<void(bool)>> waiters_ GUARDED_BY(mu_);
-  int export_id_ GUARDED_BY(mu_) = 0;  // 0: none
-  std::function<void(int)> export_release_ GUARDED_BY(mu_);
+  // Its export id and release hook live in the block.
+  std::unique_ptr<MemoryBlock> block_ GUARDED_BY(mu_);
 };
 
 struct FileMemoryCounters {
@@ -130,12 +188,20 @@ struct FileMemoryCounters {
   uint64_t prefetch_wasted_bytes = 0;  // of those, dropped unused
   uint64_t served_opens = 0;   // opens served from file memory
   uint64_t served_bytes = 0;   // the sizes of the files at those opens
+  uint64_t kept_bytes = 0;     // memory kept for the next loads (MemoryPool)
+  uint64_t reused = 0;         // loads into kept memory, none made for them
 };
 
 class FileMemoryCache {
  public:
-  explicit FileMemoryCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
+  // Entries take at most `budget_bytes` less a reserve that the memory of
+  // evicted entries fills, kept for the next loads (MemoryPool); the two
+  // together stay within `budget_bytes`.
+  explicit FileMemoryCache(uint64_t budget_bytes);
 
+  // Memory for `version`, `map_bytes` long (a multiple of 4 KiB): a kept
+  // block of that size, else a new one. Errors: ENOMEM, ENOSPC, EMFILE...
+  Result<std::shared_ptr<FileMemory>> Make(MemoryVersion version, uint64_t map_bytes);
   // The entry of `owner`, bumped in the LRU order; null if none.
   std::shared_ptr<FileMemory> Get(uint64_t owner);
   // Makes `m` the entry of `owner` (replacing an older one), evicting the
@@ -176,7 +242,12 @@ class FileMemoryCache {
   void EraseLocked(std::unordered_map<uint64_t, Slot>::iterator it,
                    std::vector<std::shared_ptr<FileMemory>>* gone) REQUIRES(mu_);
 
+  // Sets the pool's limit to what the entries leave of the budget.
+  void LimitPoolLocked() REQUIRES(mu_);
+
   const uint64_t budget_;
+  const uint64_t reserve_;  // of the budget, left to the pool
+  const std::shared_ptr<MemoryPool> pool_ = std::make_shared<MemoryPool>();
   mutable Mutex mu_;
   std::unordered_map<uint64_t, Slot> slots_ GUARDED_BY(mu_);
   std::list<uint64_t> lru_ GUARDED_BY(mu_);  // front = most recent

@@ -121,7 +121,9 @@ std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
                       {"load_bytes", s.file_memory.load_bytes},
                       {"dropped", s.file_memory.dropped},
                       {"no_room", s.file_memory.no_room},
-                      {"unused_prefetch_bytes", s.file_memory.unused_prefetch_bytes}};
+                      {"unused_prefetch_bytes", s.file_memory.unused_prefetch_bytes},
+                      {"kept_bytes", s.file_memory.kept_bytes},
+                      {"reused", s.file_memory.reused}};
   j["requests"] = nlohmann::json::object();
   for (const auto& [name, n] : f.requests) j["requests"][name] = n;
   j["errors"] = nlohmann::json::object();

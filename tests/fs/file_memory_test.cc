@@ -3,6 +3,7 @@
 // file's opens all served or all not, writers through served opens, and
 // the cache's budget. The kernel's side (passthrough) is tested on real
 // mounts (tests/integration/test_passthrough.py).
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -294,6 +295,88 @@ TEST_F(FileMemoryTest, TheBudgetHoldsAndOpenFilesAreNotDropped) {
   EXPECT_EQ(KernelRead(*again.memory), Pattern(4 << 20, 0));
   fs_->Release(again.fh);
   fs_->Release(held.fh);
+}
+
+// The memory of a dropped file is the next load's, with no memory made:
+// that load sees its own bytes, zeros where it has none (a hole), never
+// the former file's.
+TEST_F(FileMemoryTest, DroppedMemoryIsReusedAndShowsOnlyTheNextFilesBytes) {
+  const uint64_t size = 2 << 20;
+  const uint64_t a = Store(kRootIno, "a", Pattern(size, 1));
+  // b: bytes only in its last 64 KiB, the rest a hole.
+  auto c = fs_->Create(kRootIno, "b", 0644, O_WRONLY | O_CREAT, Caller{});
+  ASSERT_TRUE(c.ok());
+  const std::string tail = Pattern(64 << 10, 2);
+  ASSERT_TRUE(fs_->Write(c->fh, size - tail.size(), tail).ok());
+  ASSERT_TRUE(fs_->Flush(c->fh).ok());
+  fs_->Release(c->fh);
+  const uint64_t b = c->attr.ino;
+  ASSERT_TRUE(fs_->Sync().ok());
+
+  FileSystem::Opened oa = OpenServed(a, O_RDONLY);
+  ASSERT_NE(oa.memory, nullptr);
+  EXPECT_EQ(KernelRead(*oa.memory), Pattern(size, 1));
+  fs_->Release(oa.fh);
+  oa.memory.reset();
+  ASSERT_TRUE(fs_->DropCache().ok());
+  EXPECT_GT(fs_->Stats().file_memory.kept_bytes, 0u);
+
+  FileSystem::Opened ob = OpenServed(b, O_RDONLY);
+  ASSERT_NE(ob.memory, nullptr);
+  EXPECT_EQ(fs_->Stats().file_memory.reused, 1u);
+  EXPECT_EQ(KernelRead(*ob.memory), std::string(size - tail.size(), '\0') + tail);
+  fs_->Release(ob.fh);
+}
+
+// A client that still maps (or holds open) a file's memory after its last
+// release keeps seeing that file's bytes: such memory is never reused.
+TEST_F(FileMemoryTest, MemoryAClientStillMapsIsNeverReused) {
+  const uint64_t size = 1 << 20;
+  const uint64_t a = Store(kRootIno, "a", Pattern(size, 3));
+  const uint64_t b = Store(kRootIno, "b", Pattern(size, 4));
+  ASSERT_TRUE(fs_->Sync().ok());
+  FileSystem::Opened oa = OpenServed(a, O_RDONLY);
+  ASSERT_NE(oa.memory, nullptr);
+  // The client's map, through an open of its own (as a passthrough open
+  // makes one), which it closes: the map alone keeps the file open.
+  const int client = open(("/proc/self/fd/" + std::to_string(oa.memory->fd())).c_str(), O_RDONLY);
+  ASSERT_GE(client, 0);
+  void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, client, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  close(client);
+  fs_->Release(oa.fh);
+  oa.memory.reset();
+  ASSERT_TRUE(fs_->DropCache().ok());
+  EXPECT_EQ(fs_->Stats().file_memory.kept_bytes, 0u);
+
+  FileSystem::Opened ob = OpenServed(b, O_RDONLY);
+  ASSERT_NE(ob.memory, nullptr);
+  EXPECT_EQ(fs_->Stats().file_memory.reused, 0u);
+  EXPECT_EQ(KernelRead(*ob.memory), Pattern(size, 4));
+  EXPECT_EQ(std::string(static_cast<const char*>(map), size), Pattern(size, 3));
+  fs_->Release(ob.fh);
+  munmap(map, size);
+}
+
+// Kept memory counts against the budget with the entries.
+TEST_F(FileMemoryTest, KeptMemoryAndEntriesStayWithinTheBudget) {
+  std::vector<uint64_t> inos;
+  for (int i = 0; i < 24; i++) {
+    inos.push_back(Store(kRootIno, "k" + std::to_string(i), Pattern(4 << 20, i)));
+  }
+  ASSERT_TRUE(fs_->Sync().ok());
+  for (int round = 0; round < 2; round++) {
+    for (size_t i = 0; i < inos.size(); i++) {
+      FileSystem::Opened o = OpenServed(inos[i], O_RDONLY);
+      ASSERT_NE(o.memory, nullptr) << i;
+      EXPECT_EQ(KernelRead(*o.memory), Pattern(4 << 20, static_cast<int>(i)));
+      fs_->Release(o.fh);
+      const FileMemoryCounters c = fs_->Stats().file_memory;
+      EXPECT_LE(c.bytes + c.kept_bytes, c.budget_bytes);
+    }
+  }
+  // 48 MiB hold fewer than 24 files of 4 MiB: later loads reused memory.
+  EXPECT_GT(fs_->Stats().file_memory.reused, 0u);
 }
 
 }  // namespace
