@@ -2,157 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <string>
 
 namespace kvfs::fs {
-
-namespace {
-
-// A tmpfs of kvfs's own that is mounted nowhere (the new mount API: a
-// mount fd, never attached to the tree), with huge pages: a file's memory
-// is then 2 MiB pages, not 4 KiB ones, and filling it costs a fraction of
-// the page-cache work (the internal mount memfds live on follows
-// shmem_enabled, "never" on many systems). Needs CAP_SYS_ADMIN, as the
-// kernel's passthrough does; -1 where it cannot be made.
-int HugeTmpfsRoot() {
-  static const int root = [] {
-    const int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
-    if (fs < 0) return -1;
-    int m = -1;
-    // within_size: huge pages only where the file covers them (a 256 KiB
-    // key does not take 2 MiB).
-    if (fsconfig(fs, FSCONFIG_SET_STRING, "huge", "within_size", 0) == 0 &&
-        fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0700", 0) == 0 &&
-        fsconfig(fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) == 0) {
-      m = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOEXEC | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-    }
-    close(fs);
-    return m;
-  }();
-  return root;
-}
-
-// An unnamed file for one file's bytes: on the huge-page tmpfs, else a memfd.
-int NewMemoryFile() {
-  if (const int root = HugeTmpfsRoot(); root >= 0) {
-    const int fd = openat(root, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0) return fd;
-  }
-  return memfd_create("kvfs-file", MFD_CLOEXEC);
-}
-
-// An unnamed file the daemon holds through one read-write open, which
-// ReachedByOthers' lease counts as its own. (A memfd's first open counts
-// as two for a lease, so a memfd is reopened.)
-int OwnMemoryFile() {
-  const int fd = NewMemoryFile();
-  if (fd < 0 || HugeTmpfsRoot() >= 0) return fd;
-  const int own = open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR | O_CLOEXEC);
-  const int e = errno;
-  close(fd);
-  errno = e;
-  return own;
-}
-
-Status MakePages(int fd, char* data, uint64_t bytes) {
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    return Status::Error(errno, "sizing a file's memory");
-  }
-  // Every page exists before a device read targets it: a page the tmpfs
-  // cannot make (its size, the memory cgroup) fails here, with ENOMEM or
-  // ENOSPC, and the load takes another path, instead of failing each
-  // device read into it with EFAULT. (MAP_POPULATE would fail silently.)
-  // Through the mapping, pages are huge where free huge pages exist and
-  // small otherwise, never waiting for memory to be compacted (fallocate
-  // would).
-  if (bytes > 0 && madvise(data, bytes, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
-    return Status::Error(errno == EFAULT ? ENOMEM : errno, "making a file's memory");
-  }
-  return Status::OK();
-}
-
-}  // namespace
-
-// ------------------------------------------------------------ blocks
-
-Result<std::unique_ptr<MemoryBlock>> MemoryBlock::Make(uint64_t map_bytes) {
-  auto b = std::make_unique<MemoryBlock>();
-  b->fd = OwnMemoryFile();
-  if (b->fd < 0) return Status::Error(errno, "making a memory file");
-  if (map_bytes == 0) return b;
-  if (ftruncate(b->fd, static_cast<off_t>(map_bytes)) != 0) {
-    return Status::Error(errno, "sizing a file's memory");
-  }
-  void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
-  if (p == MAP_FAILED) return Status::Error(errno, "mapping a file's memory");
-  b->data = static_cast<char*>(p);
-  b->mapped = map_bytes;
-  KVFS_RETURN_IF_ERROR(MakePages(b->fd, b->data, map_bytes));
-  return b;
-}
-
-MemoryBlock::~MemoryBlock() {
-  if (data != nullptr) munmap(data, mapped);
-  if (fd >= 0) close(fd);
-  if (export_id > 0 && export_release) export_release(export_id);
-}
-
-Status MemoryBlock::Remake() { return MakePages(fd, data, mapped); }
-
-bool MemoryBlock::ReachedByOthers() const {
-  // A write lease is granted only while the taker's is the one open of
-  // the file (the kernel counts read-only and writable opens). A client's
-  // open of the file served from it, and a client's mapping (which keeps
-  // the file it mapped open), are such opens; the kernel's registration
-  // of the export id holds the daemon's own. Any failure counts as reached.
-  if (fcntl(fd, F_SETLEASE, F_WRLCK) != 0) return true;
-  (void)fcntl(fd, F_SETLEASE, F_UNLCK);
-  return false;
-}
-
-// ------------------------------------------------------------ the pool
-
-std::unique_ptr<MemoryBlock> MemoryPool::Take(uint64_t map_bytes) {
-  std::unique_ptr<MemoryBlock> b;
-  {
-    MutexLock l(mu_);
-    auto it = kept_.find(map_bytes);
-    if (it == kept_.end() || it->second.empty()) return nullptr;
-    b = std::move(it->second.back());
-    it->second.pop_back();
-    bytes_.fetch_sub(map_bytes, std::memory_order_relaxed);
-  }
-  if (!b->Remake().ok()) return nullptr;  // freed here
-  reused_.fetch_add(1, std::memory_order_relaxed);
-  return b;
-}
-
-void MemoryPool::Give(std::unique_ptr<MemoryBlock> b) {
-  if (!b || b->data == nullptr || b->ReachedByOthers()) return;  // freed here
-  MutexLock l(mu_);
-  if (bytes() + b->mapped > limit_) return;  // freed at return, after the lock
-  bytes_.fetch_add(b->mapped, std::memory_order_relaxed);
-  kept_[b->mapped].push_back(std::move(b));
-}
-
-std::vector<std::unique_ptr<MemoryBlock>> MemoryPool::SetLimit(uint64_t limit) {
-  std::vector<std::unique_ptr<MemoryBlock>> surplus;
-  MutexLock l(mu_);
-  limit_ = limit;
-  for (auto it = kept_.begin(); bytes() > limit_ && it != kept_.end();) {
-    while (bytes() > limit_ && !it->second.empty()) {
-      bytes_.fetch_sub(it->second.back()->mapped, std::memory_order_relaxed);
-      surplus.push_back(std::move(it->second.back()));
-      it->second.pop_back();
-    }
-    it = it->second.empty() ? kept_.erase(it) : std::next(it);
-  }
-  return surplus;
-}
 
 // ------------------------------------------------------------ file memory
 
@@ -232,7 +87,9 @@ uint64_t PoolReserve(uint64_t budget) { return budget / 8; }
 }  // namespace
 
 FileMemoryCache::FileMemoryCache(uint64_t budget_bytes)
-    : budget_(budget_bytes), reserve_(PoolReserve(budget_bytes)) {
+    : budget_(budget_bytes),
+      reserve_(PoolReserve(budget_bytes)),
+      pool_(std::make_shared<MemoryPool>(reserve_)) {
   MutexLock l(mu_);
   LimitPoolLocked();
 }
@@ -383,6 +240,7 @@ FileMemoryCounters FileMemoryCache::counters() const {
   c.served_bytes = served_bytes_.load(std::memory_order_relaxed);
   c.kept_bytes = pool_->bytes();
   c.reused = pool_->reused();
+  c.made_ahead = pool_->made_ahead();
   return c;
 }
 

@@ -39,6 +39,7 @@
 
 #include "common/mutex.h"
 #include "common/status.h"
+#include "fs/memory_pool.h"
 
 namespace kvfs::fs {
 
@@ -48,59 +49,6 @@ struct MemoryVersion {
   uint64_t size = 0;
   std::vector<std::pair<uint64_t, uint64_t>> chunks;
   bool operator==(const MemoryVersion&) const = default;
-};
-
-// One memory file, mapped read-write into the daemon, with the id under
-// which the front end lets the kernel read it (0: none yet). Frees all of
-// it when destroyed.
-struct MemoryBlock {
-  // A memory file of `map_bytes` (a multiple of 4 KiB), mapped, every page
-  // made (ENOMEM or ENOSPC when the tmpfs or the memory cgroup cannot).
-  static Result<std::unique_ptr<MemoryBlock>> Make(uint64_t map_bytes);
-  ~MemoryBlock();
-  // Makes every page of the mapping again, the file sized to it: for a
-  // block whose file was cut (or grown) by its last use. Its bytes are the
-  // last use's, not zeros.
-  Status Remake();
-  // Whether any open file or mapping other than the daemon's own reaches
-  // the memory (a client's open or map of the file it was served as):
-  // then its bytes must not change.
-  bool ReachedByOthers() const;
-
-  int fd = -1;
-  char* data = nullptr;
-  uint64_t mapped = 0;
-  int export_id = 0;
-  std::function<void(int id)> export_release;
-};
-
-// The memory blocks no file holds, kept to be the next files' memory: a
-// cold load then finds memory made already (fresh pages are the costliest
-// part of a load) instead of making a file, its pages, a mapping and a
-// kernel registration on its critical path. A block a client can still
-// reach (ReachedByOthers) is never kept: a client's mapping must never show
-// another file's bytes. Kept blocks count against `limit` (what the cache
-// leaves of its budget, set by it); what does not fit is freed.
-//
-// Thread safety: any thread; its lock is taken last, with none held inside.
-class MemoryPool {
- public:
-  // A kept block of exactly `map_bytes`, its pages made again; null if none.
-  std::unique_ptr<MemoryBlock> Take(uint64_t map_bytes);
-  // Keeps `b` for reuse, or frees it (reached by others, or no room).
-  void Give(std::unique_ptr<MemoryBlock> b);
-  // Bytes the kept blocks may take. Returns the kept ones beyond it, for
-  // the caller to free outside its own locks.
-  [[nodiscard]] std::vector<std::unique_ptr<MemoryBlock>> SetLimit(uint64_t limit);
-  uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
-  uint64_t reused() const { return reused_.load(std::memory_order_relaxed); }
-
- private:
-  mutable Mutex mu_;
-  std::unordered_map<uint64_t, std::vector<std::unique_ptr<MemoryBlock>>> kept_ GUARDED_BY(mu_);
-  uint64_t limit_ GUARDED_BY(mu_) = 0;
-  std::atomic<uint64_t> bytes_{0};
-  std::atomic<uint64_t> reused_{0};
 };
 
 class FileMemory {
@@ -190,6 +138,7 @@ struct FileMemoryCounters {
   uint64_t served_bytes = 0;   // the sizes of the files at those opens
   uint64_t kept_bytes = 0;     // memory kept for the next loads (MemoryPool)
   uint64_t reused = 0;         // loads into kept memory, none made for them
+  uint64_t made_ahead = 0;     // blocks made ahead of the loads
 };
 
 class FileMemoryCache {
@@ -247,7 +196,7 @@ class FileMemoryCache {
 
   const uint64_t budget_;
   const uint64_t reserve_;  // of the budget, left to the pool
-  const std::shared_ptr<MemoryPool> pool_ = std::make_shared<MemoryPool>();
+  const std::shared_ptr<MemoryPool> pool_;
   mutable Mutex mu_;
   std::unordered_map<uint64_t, Slot> slots_ GUARDED_BY(mu_);
   std::list<uint64_t> lru_ GUARDED_BY(mu_);  // front = most recent

@@ -123,7 +123,8 @@ std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
                       {"no_room", s.file_memory.no_room},
                       {"unused_prefetch_bytes", s.file_memory.unused_prefetch_bytes},
                       {"kept_bytes", s.file_memory.kept_bytes},
-                      {"reused", s.file_memory.reused}};
+                      {"reused", s.file_memory.reused},
+                      {"made_ahead", s.file_memory.made_ahead}};
   j["requests"] = nlohmann::json::object();
   for (const auto& [name, n] : f.requests) j["requests"][name] = n;
   j["errors"] = nlohmann::json::object();

@@ -333,7 +333,10 @@ TEST_F(FileMemoryTest, DroppedMemoryIsReusedAndShowsOnlyTheNextFilesBytes) {
 TEST_F(FileMemoryTest, MemoryAClientStillMapsIsNeverReused) {
   const uint64_t size = 1 << 20;
   const uint64_t a = Store(kRootIno, "a", Pattern(size, 3));
-  const uint64_t b = Store(kRootIno, "b", Pattern(size, 4));
+  std::vector<uint64_t> others;
+  for (int i = 0; i < 12; i++) {
+    others.push_back(Store(kRootIno, "b" + std::to_string(i), Pattern(size, 10 + i)));
+  }
   ASSERT_TRUE(fs_->Sync().ok());
   FileSystem::Opened oa = OpenServed(a, O_RDONLY);
   ASSERT_NE(oa.memory, nullptr);
@@ -347,14 +350,15 @@ TEST_F(FileMemoryTest, MemoryAClientStillMapsIsNeverReused) {
   fs_->Release(oa.fh);
   oa.memory.reset();
   ASSERT_TRUE(fs_->DropCache().ok());
-  EXPECT_EQ(fs_->Stats().file_memory.kept_bytes, 0u);
-
-  FileSystem::Opened ob = OpenServed(b, O_RDONLY);
-  ASSERT_NE(ob.memory, nullptr);
-  EXPECT_EQ(fs_->Stats().file_memory.reused, 0u);
-  EXPECT_EQ(KernelRead(*ob.memory), Pattern(size, 4));
-  EXPECT_EQ(std::string(static_cast<const char*>(map), size), Pattern(size, 3));
-  fs_->Release(ob.fh);
+  // Loads that take every kept block (the last one kept is taken first).
+  for (size_t i = 0; i < others.size(); i++) {
+    FileSystem::Opened o = OpenServed(others[i], O_RDONLY);
+    ASSERT_NE(o.memory, nullptr);
+    EXPECT_EQ(KernelRead(*o.memory), Pattern(size, 10 + static_cast<int>(i)));
+    EXPECT_EQ(std::string(static_cast<const char*>(map), size), Pattern(size, 3)) << i;
+    fs_->Release(o.fh);
+  }
+  EXPECT_GT(fs_->Stats().file_memory.reused, 0u);
   munmap(map, size);
 }
 
