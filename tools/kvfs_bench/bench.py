@@ -6,18 +6,18 @@ import signal
 import threading
 import time
 
-from .common import BLOCK, FILESYSTEMS, RAM_SOURCE, BenchError
+from .common import BLOCK, FILESYSTEMS, FS_WORKLOADS, RAM_SOURCE, BenchError
 from .data import Pattern, import_kvfs_module
 from .progress import Progress
 from .common import fmt_size
 from .system import fstype_at, mount_table, os_error_text, run
 from .targets import Ext4Target, KvfsTarget
 from .workloads import (BatchWorkload, EvictionWorkload, FioWorkload, LmcacheWorkload,
-                        LookupWorkload, RestoreWorkload)
+                        LookupWorkload, RestoreWorkload, VllmWorkload, WholeseqWorkload)
 
 
 class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, RestoreWorkload,
-            EvictionWorkload):
+            EvictionWorkload, WholeseqWorkload, VllmWorkload):
     """One run: its configuration, targets, samples and teardown."""
 
     def __init__(self, args, cfg):
@@ -70,6 +70,10 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
                                     + 1)
         if "evict" in c["workloads"]:
             n += self.evict_plan_steps()
+        if "wholeseq" in c["workloads"]:
+            n += self.wholeseq_plan_steps()
+        if "vllm" in c["workloads"]:
+            n += self.vllm_plan_steps()
         return n
 
     def record(self, **sample):
@@ -267,7 +271,7 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
             self.run_workload("fio", self.prepare_fio)
             if self.status.get("fio", {}).get("status") == "failed":
                 failed.add("fio")
-        if any(w in c["workloads"] for w in ("lmcache", "lookup", "restore", "batch")):
+        if any(w in c["workloads"] for w in FS_WORKLOADS):
             self.setup_targets()
         for rnd in range(c["rounds"]):
             for w, fn in (("fio", self.run_fio_round),
@@ -275,6 +279,8 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
                           ("lookup", self.run_lookup_round),
                           ("batch", self.run_batch_round),
                           ("restore", self.run_restore_round),
+                          ("wholeseq", self.run_wholeseq_round),
+                          ("vllm", self.run_vllm_round),
                           ("evict", self.run_evict_round)):
                 if w in c["workloads"] and w not in failed:
                     self.run_workload(w, lambda: fn(rnd))
