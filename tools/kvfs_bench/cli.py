@@ -35,7 +35,8 @@ def build_parser():
                     help="small sizes and counts, one round (well under a minute)")
     ap.add_argument("--workloads", metavar="LIST", default=",".join(WORKLOADS),
                     help="comma-separated subset of " + ",".join(WORKLOADS) + " (default), "
-                         "and " + ",".join(EXTRA_WORKLOADS) + " (only when named)")
+                         "and " + ",".join(EXTRA_WORKLOADS) + " (only when named; long, see "
+                         "below)")
     ap.add_argument("--fs", metavar="LIST", default=",".join(FILESYSTEMS),
                     help="filesystems to measure: kvfs,ext4 (default both)")
     ap.add_argument("--rounds", type=int, metavar="N", help=f"rounds per measurement ({FULL['rounds']})")
@@ -79,16 +80,20 @@ def build_parser():
                     help="wholeseq: object sizes, multiples of 4 KiB "
                          f"({FULL['object_sizes']}; {QUICK['object_sizes']} with --quick)")
     ap.add_argument("--object-threads", type=int, metavar="T",
-                    help=f"wholeseq: threads storing and loading at once ({FULL['object_threads']})")
+                    help="wholeseq: threads storing and loading at once "
+                         f"({FULL['object_threads']}; {QUICK['object_threads']})")
     ap.add_argument("--object-count", type=int, metavar="N",
-                    help=f"wholeseq: objects per thread per size and round ({FULL['object_count']})")
+                    help="wholeseq: objects per thread per size and round "
+                         f"({FULL['object_count']}; {QUICK['object_count']})")
     ap.add_argument("--vllm-sizes", metavar="LIST",
-                    help=f"vllm: file sizes, multiples of 4 KiB ({FULL['vllm_sizes']})")
+                    help="vllm: file sizes, multiples of 4 KiB "
+                         f"({FULL['vllm_sizes']}; {QUICK['vllm_sizes']})")
     ap.add_argument("--vllm-threads", metavar="R,W",
-                    help=f"vllm: reader and writer threads ({FULL['vllm_threads']})")
+                    help="vllm: reader and writer threads "
+                         f"({FULL['vllm_threads']}; {QUICK['vllm_threads']})")
     ap.add_argument("--vllm-bytes", metavar="SIZE",
                     help="vllm: bytes of keys per phase and size, at least one key per thread "
-                         f"({FULL['vllm_bytes']})")
+                         f"({FULL['vllm_bytes']}; {QUICK['vllm_bytes']})")
     ap.add_argument("--image-size", metavar="SIZE",
                     help=f"size of each image file ({FULL['image_size']}; with --ram: what the "
                          "largest workload needs)")
