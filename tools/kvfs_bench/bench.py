@@ -7,7 +7,7 @@ import threading
 import time
 
 from .common import BLOCK, FILESYSTEMS, FS_WORKLOADS, RAM_SOURCE, BenchError
-from .data import Pattern, import_kvfs_module
+from .data import Pattern, StampedContent, import_kvfs_module
 from .progress import Progress
 from .common import fmt_size
 from .system import fstype_at, mount_table, os_error_text, run
@@ -38,6 +38,7 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
         self.burst_pid = None
         self.progress = Progress(0)
         self.pattern = None
+        self.content = None  # objects larger than the pattern (wholeseq, vllm)
         self.kvfs_bin = cfg["kvfs_bin"]
         self.mkfs_bin = cfg["mkfs_bin"]
         self.lock_fd = None
@@ -266,6 +267,7 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
         self.progress = Progress(self.plan_steps())
         self.pattern = Pattern(max(c["sizes"] + [s for _, s in c["batch_shapes"]]
                                    + [c["restore_size"], BLOCK]), seed=c["seed"])
+        self.content = StampedContent(self.pattern)
         failed = set()
         if "fio" in c["workloads"]:
             self.run_workload("fio", self.prepare_fio)

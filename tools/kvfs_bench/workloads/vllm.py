@@ -26,7 +26,7 @@ import time
 
 from ..common import FAULT, BLOCK, BenchError, fmt_size
 from ..connector import read_into, run_threads, write_all
-from ..data import AlignedBuffer, StampedContent
+from ..data import AlignedBuffer
 
 PROBE = ".odirect_probe"
 
@@ -99,7 +99,7 @@ class VllmWorkload:
 
     def run_vllm_round(self, rnd):
         c = self.cfg
-        content = StampedContent(self.pattern)
+        content = self.content
         for size in c["vllm_sizes"]:
             n = vllm_keys(c, size)
             bufs = [AlignedBuffer(n, size) for _ in range(3)]  # set A, set B, loads

@@ -16,7 +16,7 @@ import time
 
 from ..common import FAULT, MiB, BenchError, fmt_size, percentile
 from ..connector import read_into, run_threads, write_all
-from ..data import AlignedBuffer, StampedContent
+from ..data import AlignedBuffer
 from ..sampling import add_cpu
 
 HEADER = 4096
@@ -59,7 +59,7 @@ class WholeseqWorkload:
 
     def run_wholeseq_round(self, rnd):
         c = self.cfg
-        content = StampedContent(self.pattern)
+        content = self.content
         threads = c["object_threads"]
         bufs = [AlignedBuffer(1, max(c["object_sizes"])) for _ in range(threads)]
         scratch = AlignedBuffer(1, min(VERIFY_SLICE, max(c["object_sizes"])))
