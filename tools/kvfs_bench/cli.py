@@ -78,22 +78,22 @@ def build_parser():
                          f"({FULL['evict_scan_ms']:g})")
     ap.add_argument("--object-sizes", metavar="LIST",
                     help="wholeseq: object sizes, multiples of 4 KiB "
-                         f"({FULL['object_sizes']}; {QUICK['object_sizes']} with --quick)")
+                         f"({FULL['object_sizes']}; --quick: {QUICK['object_sizes']})")
     ap.add_argument("--object-threads", type=int, metavar="T",
                     help="wholeseq: threads storing and loading at once "
-                         f"({FULL['object_threads']}; {QUICK['object_threads']})")
+                         f"({FULL['object_threads']}; --quick: {QUICK['object_threads']})")
     ap.add_argument("--object-count", type=int, metavar="N",
                     help="wholeseq: objects per thread per size and round "
-                         f"({FULL['object_count']}; {QUICK['object_count']})")
+                         f"({FULL['object_count']}; --quick: {QUICK['object_count']})")
     ap.add_argument("--vllm-sizes", metavar="LIST",
                     help="vllm: file sizes, multiples of 4 KiB "
-                         f"({FULL['vllm_sizes']}; {QUICK['vllm_sizes']})")
+                         f"({FULL['vllm_sizes']}; --quick: {QUICK['vllm_sizes']})")
     ap.add_argument("--vllm-threads", metavar="R,W",
                     help="vllm: reader and writer threads "
-                         f"({FULL['vllm_threads']}; {QUICK['vllm_threads']})")
+                         f"({FULL['vllm_threads']}; --quick: {QUICK['vllm_threads']})")
     ap.add_argument("--vllm-bytes", metavar="SIZE",
                     help="vllm: bytes of keys per phase and size, at least one key per thread "
-                         f"({FULL['vllm_bytes']}; {QUICK['vllm_bytes']})")
+                         f"({FULL['vllm_bytes']}; --quick: {QUICK['vllm_bytes']})")
     ap.add_argument("--image-size", metavar="SIZE",
                     help=f"size of each image file ({FULL['image_size']}; with --ram: what the "
                          "largest workload needs)")

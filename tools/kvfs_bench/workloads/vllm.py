@@ -167,7 +167,7 @@ class VllmWorkload:
                 meter = t.cpu()
                 secs, res = run_threads(load, readers, self.stop)
                 cpu = meter.stop()
-                out[op] = self._vllm_verified(t, op, res, src_a, dst, dict(
+                out[op] = self._vllm_verified(t, op, res, keys_a, src_a, dst, dict(
                     common, op=op, seconds=secs, value=n * size / secs / 1e6, unit="MB/s",
                     batches=readers, cold=cold if op == "load" else False, **cpu))
             dst.poison()
@@ -189,7 +189,7 @@ class VllmWorkload:
                               unit="MB/s", batches=threads, cold=cold, phase_bytes=2 * n * size,
                               **{k: None if v is None else v / 2 for k, v in cpu.items()})
                 if op.startswith("load"):
-                    out[op] = self._vllm_verified(t, op, group, src_a, dst, fields)
+                    out[op] = self._vllm_verified(t, op, group, keys_a, src_a, dst, fields)
                 else:
                     out[op] = self.record(**fields)
             return out
@@ -197,7 +197,7 @@ class VllmWorkload:
             if not self.stop.is_set():
                 shutil.rmtree(d, ignore_errors=True)
 
-    def _vllm_verified(self, t, op, results, src, dst, fields):
+    def _vllm_verified(self, t, op, results, keys, src, dst, fields):
         """Records a load's sample with its verification; BenchError on a
         key that read short or differs from what was stored."""
         size = fields["size"]
@@ -207,9 +207,9 @@ class VllmWorkload:
         for _, _, got in results:
             for i, nread in got:
                 if nread != size:
-                    bad.append(f"key {i}: read {nread} bytes, stored {size}")
+                    bad.append(f"{keys[i]}: read {nread} bytes, stored {size}")
                 elif not src.same_slot(dst, i, size):
-                    bad.append(f"key {i}: bytes differ from what was stored")
+                    bad.append(f"{keys[i]}: bytes differ from what was stored")
         sample = self.record(verified=not bad, mismatches=len(bad), **fields)
         if bad:
             raise BenchError(f"vllm {op} on {t.name} ({fmt_size(size)}): {len(bad)} of "
