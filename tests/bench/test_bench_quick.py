@@ -321,6 +321,80 @@ def test_corrupted_load_fails_verification(scratch):
     assert_torn_down(scratch)
 
 
+# wholeseq and vllm, tiny: 8 MiB objects by 2 threads, 1 MiB files by 2 + 2
+# threads, fio at 1 MiB for the limit column.
+LARGE_ARGS = ("--quick", "--workloads", "fio,wholeseq,vllm", "--sizes", "1M",
+              "--object-sizes", "8M", "--object-threads", "2", "--object-count", "2",
+              "--vllm-sizes", "1M", "--vllm-threads", "2,2", "--vllm-bytes", "8M")
+
+
+def test_wholeseq_and_vllm_report_every_figure_and_verify_every_load(scratch):
+    out = os.path.join(scratch, "out.json")
+    r = subprocess.run(bench_cmd(*LARGE_ARGS, "--dir", scratch, "--json", out),
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, f"kvfs-bench exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    with open(out) as f:
+        doc = json.load(f)
+    for w in ("wholeseq", "vllm"):
+        assert doc["workloads"][w] == {"status": "ok", "verified": True, "reason": ""}, w
+    samples = doc["samples"]
+
+    def one(**match):
+        found = [s for s in samples if all(s.get(k) == v for k, v in match.items())]
+        assert len(found) == 1, (match, found)
+        return found[0]
+
+    for fs in ("kvfs", "ext4"):
+        key = dict(workload="wholeseq", fs=fs, size=8 << 20)
+        store = one(op="store", **key)
+        assert store["bytes"] == 4 * (8 << 20) and len(store["object_ms"]) == 4
+        for op in ("load", "reload"):
+            s = one(op=op, verified=True, mismatches=0, **key)
+            assert len(s["object_ms"]) == 4 and s["value"] > 0
+        assert one(op="load", **key)["cold"] in ("drop_cache", "remount", "drop_caches")
+        assert one(op="load p95", **key)["value"] >= one(op="load p50", **key)["value"] > 0
+        key = dict(workload="vllm", fs=fs, size=1 << 20)
+        for op in ("load", "reload", "load during stores"):
+            s = one(op=op, verified=True, mismatches=0, **key)
+            assert s["o_direct"] is True and s["mode"] == "direct" and s["keys"] == 8
+        for op in ("store", "store existing", "store during loads"):
+            assert one(op=op, **key)["value"] > 0
+    for s in samples:
+        if s["workload"] in ("wholeseq", "vllm") and s["unit"] == "MB/s":
+            assert (s["cpu_daemon_s"] is None) == (s["fs"] == "ext4"), s
+    rows = {(row["workload"], row["op"]): row for row in doc["rows"]}
+    for w, op in (("wholeseq", "store"), ("wholeseq", "load"), ("wholeseq", "reload"),
+                  ("vllm", "store"), ("vllm", "load"), ("vllm", "reload"),
+                  ("vllm", "load during stores"), ("vllm", "store during loads")):
+        row = rows[(w, op)]
+        # Beside ext4 and fio's best, with the daemon's CPU per GiB.
+        assert row["kvfs_vs_ext4"] and row["kvfs_vs_limit"], row
+        assert row["cpu_kvfs"]["daemon"] is not None, row
+    for op in ("load p50", "load p95"):
+        assert rows[("wholeseq", op)]["unit"] == "ms" and rows[("wholeseq", op)]["kvfs_vs_ext4"]
+    assert "store + fsync" in r.stdout and "load (cold) during stores" in r.stdout
+    assert_torn_down(scratch)
+
+
+def test_wholeseq_and_vllm_catch_a_corrupted_load(scratch):
+    out = os.path.join(scratch, "out.json")
+    env = dict(os.environ, KVFS_BENCH_FAULT="flip-load-byte")
+    args = [a for a in LARGE_ARGS if a != "fio,wholeseq,vllm"]
+    args[args.index("--workloads") + 1:args.index("--workloads") + 1] = ["wholeseq,vllm"]
+    r = subprocess.run(bench_cmd(*args, "--fs", "kvfs", "--dir", scratch, "--json", out),
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1, f"a corrupted load must fail the run:\n{r.stdout}\n{r.stderr}"
+    with open(out) as f:
+        doc = json.load(f)
+    for w in ("wholeseq", "vllm"):
+        st = doc["workloads"][w]
+        assert st["status"] == "failed" and st["verified"] is False, st
+        assert "did not verify" in st["reason"] and "bytes differ" in st["reason"], st
+        loads = [s for s in doc["samples"] if s["workload"] == w and s["op"] == "load"]
+        assert len(loads) == 1 and loads[0]["verified"] is False and loads[0]["mismatches"] == 1
+    assert_torn_down(scratch)
+
+
 # Interrupt points: right after the k-th of the 8 progress lines, so the
 # signal lands inside a store, the kvfs remount between store and load, or a
 # load -- by progress, not by a delay a fast or slow machine would miss.

@@ -37,6 +37,29 @@ Workloads (--workloads, comma separated; default all):
   restore  time to load K chunks (64 x 4 MiB) with cold caches, on an idle
            volume and while a burst of stores (4 GiB, another process) drains.
 
+Run only when named in --workloads (they move tens of GiB: several minutes
+a round on a disk), besides evict (workloads/eviction.py):
+  wholeseq whole-sequence objects, one file per request's whole KV:
+           --object-threads (4) threads each store --object-count (2)
+           objects of each --object-sizes size (256M,1G): one buffered write
+           of the whole object, then fsync. Caches dropped, each object is
+           loaded: posix_fadvise(DONTNEED), a 4 KiB header read, one
+           buffered read of the rest; then loaded again (reload: only the
+           fadvise in between). The threads move one object each at a time,
+           in timed waves. Rows: store + fsync and load MB/s, per-object
+           load latency p50 and p95 (ms); the limit is fio's best read (or
+           write) at any chunk size.
+  vllm     vLLM's filesystem tier: --vllm-threads (16,16) reader and writer
+           threads over ROOT_r0/HHH/HH_g0/HASH.bin, files of each
+           --vllm-sizes size (2M,16M), --vllm-bytes (1G) of keys a phase.
+           O_DIRECT after a probe (one aligned 4 KiB read; buffered if
+           refused). A store stats first and skips a file that exists, else
+           mkdir -p, tmp, one write, rename. Phases: store; store existing
+           (every key skipped, keys/s); load with caches dropped; reload;
+           loads with caches dropped while the writers store other keys.
+           The limit is fio at the same size when it ran at it, else its
+           best.
+
 Device (--ram): by default the images are files in --dir, on the disk to
 measure. With --ram, kvfs-bench mounts a tmpfs of the size the run needs
 (DIR/ram) and puts kvfs's image, ext4's loop image and fio's file on it, then
@@ -63,5 +86,6 @@ Needs root (mounts, loop devices, drop_caches) and /dev/fuse.
   kvfs-bench                                  # full run, ~10-15 min
   kvfs-bench --quick                          # small sizes, one round, < 1 min
   kvfs-bench --workloads lmcache --sizes 4M --batches 1 --json out.json
+  kvfs-bench --workloads fio,wholeseq,vllm --sizes 2M,16M    # the large and the many
   kvfs-bench --kvfs-mount /mnt/kvfs --ext4-mount /mnt/nvme-ext4
 """

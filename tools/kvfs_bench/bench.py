@@ -6,18 +6,18 @@ import signal
 import threading
 import time
 
-from .common import BLOCK, FILESYSTEMS, RAM_SOURCE, BenchError
-from .data import Pattern, import_kvfs_module
+from .common import BLOCK, FILESYSTEMS, FS_WORKLOADS, RAM_SOURCE, BenchError
+from .data import Pattern, StampedContent, import_kvfs_module
 from .progress import Progress
 from .common import fmt_size
 from .system import fstype_at, mount_table, os_error_text, run
 from .targets import Ext4Target, KvfsTarget
 from .workloads import (BatchWorkload, EvictionWorkload, FioWorkload, LmcacheWorkload,
-                        LookupWorkload, RestoreWorkload)
+                        LookupWorkload, RestoreWorkload, VllmWorkload, WholeseqWorkload)
 
 
 class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, RestoreWorkload,
-            EvictionWorkload):
+            EvictionWorkload, WholeseqWorkload, VllmWorkload):
     """One run: its configuration, targets, samples and teardown."""
 
     def __init__(self, args, cfg):
@@ -38,6 +38,7 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
         self.burst_pid = None
         self.progress = Progress(0)
         self.pattern = None
+        self.content = None  # objects larger than the pattern (wholeseq, vllm)
         self.kvfs_bin = cfg["kvfs_bin"]
         self.mkfs_bin = cfg["mkfs_bin"]
         self.lock_fd = None
@@ -70,6 +71,10 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
                                     + 1)
         if "evict" in c["workloads"]:
             n += self.evict_plan_steps()
+        if "wholeseq" in c["workloads"]:
+            n += self.wholeseq_plan_steps()
+        if "vllm" in c["workloads"]:
+            n += self.vllm_plan_steps()
         return n
 
     def record(self, **sample):
@@ -262,12 +267,13 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
         self.progress = Progress(self.plan_steps())
         self.pattern = Pattern(max(c["sizes"] + [s for _, s in c["batch_shapes"]]
                                    + [c["restore_size"], BLOCK]), seed=c["seed"])
+        self.content = StampedContent(self.pattern)
         failed = set()
         if "fio" in c["workloads"]:
             self.run_workload("fio", self.prepare_fio)
             if self.status.get("fio", {}).get("status") == "failed":
                 failed.add("fio")
-        if any(w in c["workloads"] for w in ("lmcache", "lookup", "restore", "batch")):
+        if any(w in c["workloads"] for w in FS_WORKLOADS):
             self.setup_targets()
         for rnd in range(c["rounds"]):
             for w, fn in (("fio", self.run_fio_round),
@@ -275,6 +281,8 @@ class Bench(FioWorkload, LmcacheWorkload, LookupWorkload, BatchWorkload, Restore
                           ("lookup", self.run_lookup_round),
                           ("batch", self.run_batch_round),
                           ("restore", self.run_restore_round),
+                          ("wholeseq", self.run_wholeseq_round),
+                          ("vllm", self.run_vllm_round),
                           ("evict", self.run_evict_round)):
                 if w in c["workloads"] and w not in failed:
                     self.run_workload(w, lambda: fn(rnd))

@@ -11,7 +11,8 @@ import sys
 
 from . import __doc__ as USAGE
 from .bench import Bench
-from .common import (BLOCK, EXTRA_WORKLOADS, FILESYSTEMS, FULL, GATE, GiB, KiB, MiB, MODES, QUICK,
+from .common import (BLOCK, EXTRA_WORKLOADS, FILESYSTEMS, FS_WORKLOADS, FULL, GATE, GiB, KiB, MiB,
+                     MODES, QUICK,
                      RAM_INDEX_BYTES, WORKLOADS, BenchError, Interrupted, align_up, fmt_size,
                      parse_list, parse_shape, parse_size)
 from .plot import plot
@@ -19,6 +20,7 @@ from .report import format_report, summarize
 from .system import machine_info, mem_available
 from .workloads.eviction import evict_image_bytes, format_evict_report, resolve_evict_config, \
     summarize_evict
+from .workloads.vllm import vllm_keys
 
 
 def build_parser():
@@ -33,7 +35,8 @@ def build_parser():
                     help="small sizes and counts, one round (well under a minute)")
     ap.add_argument("--workloads", metavar="LIST", default=",".join(WORKLOADS),
                     help="comma-separated subset of " + ",".join(WORKLOADS) + " (default), "
-                         "and " + ",".join(EXTRA_WORKLOADS) + " (only when named)")
+                         "and " + ",".join(EXTRA_WORKLOADS) + " (only when named; long, see "
+                         "below)")
     ap.add_argument("--fs", metavar="LIST", default=",".join(FILESYSTEMS),
                     help="filesystems to measure: kvfs,ext4 (default both)")
     ap.add_argument("--rounds", type=int, metavar="N", help=f"rounds per measurement ({FULL['rounds']})")
@@ -73,6 +76,24 @@ def build_parser():
     ap.add_argument("--evict-scan-ms", type=float, metavar="MS",
                     help="evict: how often the outside atime evictor looks at the space used "
                          f"({FULL['evict_scan_ms']:g})")
+    ap.add_argument("--object-sizes", metavar="LIST",
+                    help="wholeseq: object sizes, multiples of 4 KiB "
+                         f"({FULL['object_sizes']}; --quick: {QUICK['object_sizes']})")
+    ap.add_argument("--object-threads", type=int, metavar="T",
+                    help="wholeseq: threads storing and loading at once "
+                         f"({FULL['object_threads']}; --quick: {QUICK['object_threads']})")
+    ap.add_argument("--object-count", type=int, metavar="N",
+                    help="wholeseq: objects per thread per size and round "
+                         f"({FULL['object_count']}; --quick: {QUICK['object_count']})")
+    ap.add_argument("--vllm-sizes", metavar="LIST",
+                    help="vllm: file sizes, multiples of 4 KiB "
+                         f"({FULL['vllm_sizes']}; --quick: {QUICK['vllm_sizes']})")
+    ap.add_argument("--vllm-threads", metavar="R,W",
+                    help="vllm: reader and writer threads "
+                         f"({FULL['vllm_threads']}; --quick: {QUICK['vllm_threads']})")
+    ap.add_argument("--vllm-bytes", metavar="SIZE",
+                    help="vllm: bytes of keys per phase and size, at least one key per thread "
+                         f"({FULL['vllm_bytes']}; --quick: {QUICK['vllm_bytes']})")
     ap.add_argument("--image-size", metavar="SIZE",
                     help=f"size of each image file ({FULL['image_size']}; with --ram: what the "
                          "largest workload needs)")
@@ -143,6 +164,7 @@ def resolve_config(a):
     cfg["ram"] = bool(a.ram)
     if "evict" in cfg["workloads"]:
         resolve_evict_config(a, cfg, pick)
+    resolve_large_config(cfg, pick)
     cfg["device"] = "ram" if a.ram else "disk"
     bad = [m for m in cfg["modes"] if m not in MODES]
     if bad:
@@ -168,6 +190,10 @@ def resolve_config(a):
         need = max(need, cfg["lookup_names"] * 8 * KiB)
     if "batch" in cfg["workloads"]:
         need = max(need, max(k * s for k, s in cfg["batch_shapes"]))
+    if "wholeseq" in cfg["workloads"]:
+        need = max(need, cfg["object_threads"] * cfg["object_count"] * max(cfg["object_sizes"]))
+    if "vllm" in cfg["workloads"]:
+        need = max(need, max(2 * vllm_keys(cfg, s) * s for s in cfg["vllm_sizes"]))
     managed = not (a.kvfs_mount and a.ext4_mount)
     if a.image_size is None and a.ram:
         # RAM is scarcer than disk: the images are as large as the run needs
@@ -184,13 +210,41 @@ def resolve_config(a):
     return cfg
 
 
+def resolve_large_config(cfg, pick):
+    """The options of wholeseq and vllm, checked."""
+    cfg["object_sizes"] = parse_list(pick("object_sizes"), parse_size, "--object-sizes")
+    cfg["object_threads"] = pick("object_threads")
+    cfg["object_count"] = pick("object_count")
+    cfg["vllm_sizes"] = parse_list(pick("vllm_sizes"), parse_size, "--vllm-sizes")
+    threads = parse_list(pick("vllm_threads"), int, "--vllm-threads")
+    if len(threads) != 2:
+        raise BenchError("--vllm-threads: expected READERS,WRITERS such as 16,16")
+    cfg["vllm_readers"], cfg["vllm_writers"] = threads
+    cfg["vllm_bytes"] = parse_size(pick("vllm_bytes"))
+    if min(cfg["object_threads"], cfg["object_count"], *threads) < 1:
+        raise BenchError("--object-threads, --object-count and --vllm-threads must be at least 1")
+    for s in cfg["object_sizes"] + cfg["vllm_sizes"]:
+        if s <= 0 or s % BLOCK:
+            raise BenchError(f"object or file size {s}: must be a positive multiple of 4096")
+    # The client's buffers: wholeseq one of the largest object per thread,
+    # vllm three sets of keys (two stored, one loaded).
+    buffers = {"wholeseq": cfg["object_threads"] * max(cfg["object_sizes"]),
+               "vllm": max(3 * vllm_keys(cfg, s) * s for s in cfg["vllm_sizes"])}
+    avail = mem_available()
+    for w, n in buffers.items():
+        if w in cfg["workloads"] and avail is not None and n + 512 * MiB > avail:
+            raise BenchError(f"{w}: its buffers ({fmt_size(n)}) do not fit in the "
+                             f"{fmt_size(avail)} of memory available; give smaller sizes, "
+                             "fewer threads or (vllm) a smaller --vllm-bytes")
+
+
 def resolve_ram(a, cfg, need):
     """--ram: the tmpfs size (every file put on it, which kvfs-bench
     allocates in full) and a check that it and the run fit in memory."""
     if a.keep:
         raise BenchError("--keep with --ram: the images live on the tmpfs, which is unmounted "
                          "at the end of the run")
-    uses_fs = any(w in cfg["workloads"] for w in ("lmcache", "lookup", "restore", "batch"))
+    uses_fs = any(w in cfg["workloads"] for w in FS_WORKLOADS)
     files = []
     if uses_fs and "kvfs" in cfg["filesystems"] and not a.kvfs_mount and not a.kvfs_device:
         files.append(("kvfs image", cfg["image_size"]))
@@ -240,7 +294,7 @@ def main(argv=None):
         print("kvfs-bench: must run as root (it mounts filesystems, sets up loop devices and "
               "drops the page cache)", file=sys.stderr)
         return 2
-    uses_fs = any(w in cfg["workloads"] for w in ("lmcache", "lookup", "restore", "batch"))
+    uses_fs = any(w in cfg["workloads"] for w in FS_WORKLOADS)
     if (uses_fs and "kvfs" in cfg["filesystems"] and not a.kvfs_mount) or \
             "evict" in cfg["workloads"]:
         if not os.path.exists("/dev/fuse"):

@@ -10,7 +10,9 @@ GiB = 1 << 30
 
 WORKLOADS = ["fio", "lmcache", "lookup", "batch", "restore"]
 # Run only when named in --workloads: they mount volumes of their own.
-EXTRA_WORKLOADS = ["evict"]
+EXTRA_WORKLOADS = ["evict", "wholeseq", "vllm"]
+# The workloads that run on the kvfs and ext4 mounts (setup_targets).
+FS_WORKLOADS = ("lmcache", "lookup", "restore", "batch", "wholeseq", "vllm")
 FILESYSTEMS = ["kvfs", "ext4"]
 MODES = ["buffered", "direct"]
 
@@ -20,12 +22,16 @@ FULL = dict(sizes="256K,4M,24M", keys=32, batches="1,8", modes="buffered,direct"
             fio_runtime=1.5, fio_depths="1,4,16,32", fio_region="4G", lookup_names=10000,
             restore="64x4M", burst="4G", image_size="12G", batch_shapes="64x256K,16x4M,16x24M",
             sample_bytes="64M", evict_keys=1500, evict_requests=15000, evict_capacity=0.30,
-            evict_sizes="256K,4M", evict_volume="1G", evict_scan_ms=50)
+            evict_sizes="256K,4M", evict_volume="1G", evict_scan_ms=50,
+            object_sizes="256M,1G", object_threads=4, object_count=2, vllm_sizes="2M,16M",
+            vllm_threads="16,16", vllm_bytes="1G")
 QUICK = dict(sizes="256K,1M", keys=8, batches="1,2", modes="buffered,direct", rounds=1,
              fio_runtime=0.5, fio_depths="1,16", fio_region="128M", lookup_names=300,
              restore="16x1M", burst="128M", image_size="1G", batch_shapes="8x256K,4x1M",
              sample_bytes="0", evict_keys=150, evict_requests=1500, evict_capacity=0.30,
-             evict_sizes="256K", evict_volume="256M", evict_scan_ms=50)
+             evict_sizes="256K", evict_volume="256M", evict_scan_ms=50,
+             object_sizes="16M,32M", object_threads=2, object_count=1, vllm_sizes="2M,4M",
+             vllm_threads="4,4", vllm_bytes="32M")
 
 # The restore starts once the burst writer has issued this share of its
 # stores: by then kvfs's write-behind and ext4's writeback are both busy.
@@ -133,3 +139,9 @@ def parse_list(text, conv, what):
 
 def align_up(n, a=BLOCK):
     return (n + a - 1) // a * a
+
+
+def percentile(vals, q):
+    """The q-quantile (0..1) of vals by the nearest-rank rule."""
+    s = sorted(vals)
+    return s[min(len(s) - 1, max(0, int(-(-q * len(s) // 1)) - 1))]

@@ -99,3 +99,23 @@ def run_threads(fn, count, stop):
             raise BenchError(os_error_text(e)) from e
         raise e
     return max(ends) - min(starts), results
+
+
+def write_all(fd, view):
+    """Writes all of `view` (one write returns at most 2 GiB - 4 KiB on
+    Linux; a regular file rarely writes less otherwise)."""
+    n = os.write(fd, view)
+    while n < len(view):
+        n += os.write(fd, view[n:])
+
+
+def read_into(fd, view):
+    """Reads from fd's position until `view` is full or end of file; returns
+    the bytes read (short when the file is)."""
+    n = os.readv(fd, [view])
+    while 0 < n < len(view):
+        m = os.readv(fd, [view[n:]])
+        if m == 0:
+            break
+        n += m
+    return n

@@ -1,4 +1,5 @@
 """Aligned buffers, the data pattern every key holds, key names."""
+import array
 import ctypes
 import hashlib
 import importlib
@@ -37,6 +38,11 @@ class AlignedBuffer:
 
     def slot_addr(self, i):
         return self.addr + i * self.slot
+
+    def same_slot(self, other, i, n):
+        """True when the first n bytes of slot i are the same here and in
+        AlignedBuffer `other` (of the same slot size)."""
+        return _libc.memcmp(self.slot_addr(i), other.slot_addr(i), n) == 0
 
     def poison(self):
         """Fills every slot with a byte the pattern check rejects, so that a
@@ -89,6 +95,50 @@ class Pattern:
         for pos in range(0, size, BLOCK):
             if got[pos: pos + BLOCK] != want[pos: pos + BLOCK]:
                 return pos
+        return None
+
+
+class StampedContent:
+    """The bytes of objects of any size, larger than the pattern too: the
+    pattern repeated from a distinct offset, with the first 8 bytes of every
+    4 KiB block replaced by a stamp (the object's number << 32 | the block's
+    number). No block repeats within an object, across objects of the run,
+    or at another offset, however often the pattern repeats."""
+
+    def __init__(self, pattern):
+        self.pattern = pattern
+        self.counter = 0
+
+    def next_object(self):
+        """(object number, pattern offset) of a new object."""
+        self.counter += 1
+        return self.counter, self.pattern.next_offset()
+
+    def fill(self, view, obj, start=0):
+        """Writes bytes [start, start + len(view)) of object `obj` (a pair from
+        next_object) into `view`; start and len(view) are multiples of 4 KiB."""
+        number, off = obj
+        base = self.pattern.view
+        n, pos, src = len(view), 0, (off + start) % len(base)
+        while pos < n:
+            k = min(n - pos, len(base) - src)
+            view[pos: pos + k] = base[src: src + k]
+            pos, src = pos + k, 0
+        first = (number << 32) | (start // BLOCK)
+        view.cast("Q")[:: BLOCK // 8] = array.array("Q", range(first, first + n // BLOCK))
+
+    def first_difference(self, addr, size, obj, scratch):
+        """Offset of the first 4 KiB block of the `size` bytes at address
+        `addr` that differs from object `obj`, or None; compared a slot of
+        AlignedBuffer `scratch` at a time."""
+        for pos in range(0, size, scratch.slot):
+            k = min(scratch.slot, size - pos)
+            want = scratch.slot_view(0, k)
+            self.fill(want, obj, pos)
+            if _libc.memcmp(addr + pos, scratch.addr, k) != 0:
+                for blk in range(0, k, BLOCK):
+                    if _libc.memcmp(addr + pos + blk, scratch.addr + blk, min(BLOCK, k - blk)):
+                        return pos + blk
         return None
 
 

@@ -4,6 +4,10 @@ import statistics
 
 from .common import GiB, fmt_size
 
+# Units of rows where less is better: their ratios are inverted, so that
+# above 1 always means kvfs faster.
+TIME_UNITS = ("s", "ms")
+
 
 def summarize(samples, cfg):
     """Rows of the table: medians, min and max over rounds per filesystem,
@@ -63,6 +67,14 @@ def summarize(samples, cfg):
             lim = limit.get(("write" if op == "store" else "read", size))
             if lim:
                 row["limit"], row["limit_depth"] = lim
+        elif workload in ("wholeseq", "vllm") and row["unit"] == "MB/s":
+            # fio at this size when it ran at it (vllm), else fio's best at
+            # any size: a whole object is one long sequential stream.
+            rw = "write" if op.startswith("store") else "read"
+            best = max((v for (o, _), v in limit.items() if o == rw), default=None)
+            lim = limit.get((rw, size)) if workload == "vllm" else None
+            if lim or best:
+                row["limit"], row["limit_depth"] = lim or best
         elif workload == "restore" and op in ("idle", "busy"):
             lim = limit.get(("read", size))
             if lim:
@@ -71,10 +83,10 @@ def summarize(samples, cfg):
                 row["limit_depth"] = lim[1]
         if kv and ex and kv["median"] and ex["median"] and row["unit"] != "x":
             r = kv["median"] / ex["median"]
-            row["kvfs_vs_ext4"] = 1 / r if row["unit"] == "s" else r
+            row["kvfs_vs_ext4"] = 1 / r if row["unit"] in TIME_UNITS else r
         if kv and row["limit"] and kv["median"]:
             r = kv["median"] / row["limit"]
-            row["kvfs_vs_limit"] = 1 / r if row["unit"] == "s" else r
+            row["kvfs_vs_limit"] = 1 / r if row["unit"] in TIME_UNITS else r
         # CPU seconds per GiB moved: totals over every sample of the row
         # (one sample lasts milliseconds; /proc/PID/stat counts 10 ms ticks).
         for fs, acc in g.get("cpu", {}).items():
@@ -97,6 +109,8 @@ def fmt_value(v, unit):
         return "-"
     if unit == "s":
         return f"{v:.3f}"
+    if unit == "ms":
+        return f"{v:.1f}"
     if unit == "x":
         return f"{v:.2f}"
     return f"{v:.0f}"
@@ -123,7 +137,12 @@ def render_table(cols, rows):
 
 OP_LABELS = {("lookup", "hit"): "stat existing (cold)", ("lookup", "miss"): "stat missing (cold)",
              ("restore", "idle"): "load, idle volume",
-             ("restore", "busy"): "load, store burst", ("restore", "busy/idle"): "slowdown busy/idle"}
+             ("restore", "busy"): "load, store burst", ("restore", "busy/idle"): "slowdown busy/idle",
+             ("wholeseq", "store"): "store + fsync", ("wholeseq", "load"): "load (cold)",
+             ("wholeseq", "load p50"): "load p50 per object (cold)",
+             ("wholeseq", "load p95"): "load p95 per object (cold)",
+             ("wholeseq", "reload"): "reload (fadvise only)", ("vllm", "load"): "load (cold)",
+             ("vllm", "load during stores"): "load (cold) during stores"}
 
 
 def fmt_cpu(cpu, with_daemon):
@@ -174,7 +193,7 @@ def format_report(fio_rows, rows, cfg):
                 continue
             if r["workload"] == "batch" and r["size"] == 0:
                 size = f"{r['keys']} names"
-            elif r["workload"] in ("lmcache", "batch"):
+            elif r["workload"] in ("lmcache", "batch", "wholeseq", "vllm"):
                 size = f"{fmt_size(r['size'])} x{r['keys']}"
             elif r["workload"] == "restore":
                 size = f"{r['keys']}x{fmt_size(r['size'])}"

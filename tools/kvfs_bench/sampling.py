@@ -47,3 +47,12 @@ class CpuMeter:
         c1, s1 = client_cpu_seconds(), system_cpu_seconds()
         return {"cpu_daemon_s": None if self.d0 is None or d1 is None else d1 - self.d0,
                 "cpu_client_s": c1 - self.c0, "cpu_system_s": s1 - self.s0}
+
+
+def add_cpu(total, part):
+    """The sum of two CpuMeter.stop() results (total may be None: the
+    first phase); a daemon figure unknown in either is unknown in the sum."""
+    if total is None:
+        return dict(part)
+    return {k: None if total[k] is None or part[k] is None else total[k] + part[k]
+            for k in total}

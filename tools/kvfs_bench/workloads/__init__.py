@@ -6,6 +6,8 @@ from .fio import FioWorkload
 from .lmcache import LmcacheWorkload
 from .lookup import LookupWorkload
 from .restore import RestoreWorkload
+from .vllm import VllmWorkload
+from .wholeseq import WholeseqWorkload
 
 __all__ = ["BatchWorkload", "EvictionWorkload", "FioWorkload", "LmcacheWorkload",
-           "LookupWorkload", "RestoreWorkload"]
+           "LookupWorkload", "RestoreWorkload", "VllmWorkload", "WholeseqWorkload"]

@@ -40,7 +40,8 @@ import time
 
 from ..atime_evictor import AtimeEvictor, space_used
 from ..cachesim import Trace, lru_hits, watermark_bytes, watermark_hits
-from ..common import BenchError, KiB, MiB, align_up, fmt_size, parse_list, parse_size
+from ..common import BenchError, KiB, MiB, align_up, fmt_size, parse_list, parse_size, \
+    percentile
 from ..data import AlignedBuffer, Pattern, key_names
 from ..targets import KvfsTarget
 
@@ -175,12 +176,6 @@ def load_one(path, view):
     finally:
         os.close(fd)
     return n
-
-
-def percentile(vals, q):
-    """The q-quantile (0..1) of vals by the nearest-rank rule."""
-    s = sorted(vals)
-    return s[min(len(s) - 1, max(0, int(-(-q * len(s) // 1)) - 1))]
 
 
 def wait_until(cond, timeout):
