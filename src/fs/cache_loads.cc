@@ -268,6 +268,20 @@ uint64_t FileSystem::Impl::PrefetchLocked(const InodeRef& inode, std::vector<dev
     }
     // No room in file memory (open files hold it): the chunk cache.
   }
+  std::vector<device::IoRequest> reqs;
+  const uint64_t bytes = LoadChunksLocked(inode, 0, UINT64_MAX, &reqs, entries);
+  if (reqs.empty()) return bytes;
+  if (batch != nullptr) {
+    for (device::IoRequest& r : reqs) batch->push_back(std::move(r));
+  } else {
+    sched_->Submit(io::Lane::kPrefetch, reqs);
+  }
+  return bytes;
+}
+
+uint64_t FileSystem::Impl::LoadChunksLocked(const InodeRef& inode, uint64_t first, uint64_t end,
+                                            std::vector<device::IoRequest>* reqs,
+                                            std::vector<std::shared_ptr<CachedChunk>>* entries) {
   // One chunk's load: its extents' reads, then the entry is finished and
   // the pin that kept the inode given back.
   struct Load {
@@ -276,8 +290,10 @@ uint64_t FileSystem::Impl::PrefetchLocked(const InodeRef& inode, std::vector<dev
     InodePin pin;
   };
   uint64_t bytes = 0;
-  std::vector<device::IoRequest> reqs;
-  for (auto& [ci, cs] : inode->chunks) {
+  for (auto it = inode->chunks.lower_bound(first); it != inode->chunks.end() && it->first < end;
+       ++it) {
+    const uint64_t ci = it->first;
+    const ChunkState& cs = it->second;
     if (cs.staged || cs.inflight || cs.extents.empty()) continue;
     if (SpeculativeBytes() >= options_.prefetch_budget_bytes) break;
     const uint64_t cstart = ci * kChunkBytes;
@@ -310,16 +326,38 @@ uint64_t FileSystem::Impl::PrefetchLocked(const InodeRef& inode, std::vector<dev
         load->entry->Finish(ok);
         FinishDeviceRead(std::move(load->pin));
       };
-      reqs.push_back(std::move(r));
+      reqs->push_back(std::move(r));
     }
   }
-  if (reqs.empty()) return bytes;
-  if (batch != nullptr) {
-    for (device::IoRequest& r : reqs) batch->push_back(std::move(r));
-  } else {
-    sched_->Submit(io::Lane::kPrefetch, reqs);
-  }
   return bytes;
+}
+
+void FileSystem::Impl::ReadAheadLocked(const InodeRef& i, uint64_t off, uint64_t len,
+                                       std::vector<device::IoRequest>* reqs,
+                                       std::vector<std::shared_ptr<CachedChunk>>* entries) {
+  // Files up to prefetch_file_max_bytes are loaded whole when looked up or
+  // opened; a larger one is read by a reader that moves through it (a
+  // whole-sequence object: a header, then the rest in one read(2), which
+  // the kernel sends as READs of max_read one after another). Each read
+  // that continues the last one keeps the next kReadAheadBytes of chunks
+  // loading into the cache, so the device works at queue depth ahead of
+  // the reader instead of once per READ.
+  if (options_.prefetch == PrefetchMode::kOff || i->rec.size <= options_.prefetch_file_max_bytes) {
+    return;
+  }
+  const bool sequential = off == i->read_end;
+  i->read_end = off + len;
+  if (!sequential) {
+    i->read_ahead_to = 0;
+    return;
+  }
+  const uint64_t to = std::min(i->rec.size, off + len + kReadAheadBytes);
+  const uint64_t from = std::max(off + len, i->read_ahead_to);
+  // Keep the window full, a chunk at a time, not a window at a time.
+  if (from >= to) return;
+  if (SpeculativeBytes() >= options_.prefetch_budget_bytes) return;
+  LoadChunksLocked(i, from / kChunkBytes, (to + kChunkBytes - 1) / kChunkBytes, reqs, entries);
+  i->read_ahead_to = AlignUp(to, kChunkBytes);
 }
 
 void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,

@@ -376,12 +376,15 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
   std::shared_ptr<CachedChunk> whole;  // holds all of [off, off + len)
   std::shared_ptr<FileMemory> memory;  // or this: the whole file
   InodePin pin;
+  std::vector<device::IoRequest> ahead;  // read-ahead of a large file
+  std::vector<std::shared_ptr<CachedChunk>> ahead_entries;
   {
     std::lock_guard<std::mutex> l(i->mu);
     const uint64_t fsize = i->rec.size;
     if (size > 0) NoteUse(i, NowNs());
     if (off >= fsize || size == 0) return done(Status::OK(), {});
     len = std::min<uint64_t>(size, fsize - off);
+    ReadAheadLocked(i, off, len, &ahead, &ahead_entries);
     if (std::shared_ptr<FileMemory> m = HeldMemory(i);
         m && m->opens.load() == 0 && off + len <= m->mapped()) {
       memory = std::move(m);
@@ -396,6 +399,10 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
       PlanRead(i, off, len, out->get(), cap, &plan);
       if (plan.fail.ok() && plan.has_work()) pin = table_.Pin(i);  // until the reads complete
     }
+  }
+  if (!ahead.empty()) {
+    sched_->Submit(io::Lane::kPrefetch, ahead);
+    PromoteWaitedFor(&ahead_entries);
   }
   if (memory) {
     // A key loaded (or loading) into its file memory: answered from there.

@@ -376,6 +376,21 @@ class FileSystem::Impl {
   // holding none.
   uint64_t PrefetchLocked(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr,
                           std::vector<std::shared_ptr<CachedChunk>>* entries = nullptr);
+  // Starts loading chunks [first, end) of `inode` that are neither cached
+  // nor staged nor being written into the chunk cache, within its room;
+  // their device reads are appended to `reqs` and the entries to `entries`
+  // (if not null). Returns the bytes started. REQUIRES: inode->mu held.
+  uint64_t LoadChunksLocked(const InodeRef& inode, uint64_t first, uint64_t end,
+                            std::vector<device::IoRequest>* reqs,
+                            std::vector<std::shared_ptr<CachedChunk>>* entries);
+  // A read of [off, off + len) of `i`: for a file too large to load whole,
+  // read on ahead of a reader that moves through it (device reads to
+  // `reqs`, for the prefetch lane; entries to `entries`). REQUIRES: i->mu.
+  void ReadAheadLocked(const InodeRef& i, uint64_t off, uint64_t len,
+                       std::vector<device::IoRequest>* reqs,
+                       std::vector<std::shared_ptr<CachedChunk>>* entries);
+  // How far ahead of a reader of a large file its chunks are loaded.
+  static constexpr uint64_t kReadAheadBytes = 16ull << 20;
   // --- cache_loads.cc: file memory (fs/file_memory.h), when options_.file_memory.
   // The file version `i` holds now, or nullopt while any chunk is staged,
   // being written or failed (no version to hold). REQUIRES: i.mu held.

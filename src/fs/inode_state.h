@@ -129,6 +129,11 @@ struct InodeState {
   // eviction order (fs/victim_order.h): a use is one atomic store, whatever the
   // atime mode. Set at its first use. The pointer: GUARDED_BY(mu).
   std::shared_ptr<UseStamp> use_stamp;
+  // Reads of a file too large to load whole: where the last one ended, and
+  // how far its chunks are being read ahead of the reader
+  // (FileSystem::Impl::ReadAhead). GUARDED_BY(mu)
+  uint64_t read_end = 0;
+  uint64_t read_ahead_to = 0;
 
   // Counts that keep it in the InodeTable (fs/inode_table.h), changed
   // only by the table. GUARDED_BY(InodeTable::mu_)
