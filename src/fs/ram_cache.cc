@@ -46,7 +46,7 @@ CacheStats RamCache::View() const {
   const FileMemoryCounters m = memory_->counters();
   c.hits += m.hits;
   c.entries += m.files;
-  c.bytes += m.bytes + m.kept_bytes;
+  c.bytes += m.bytes;
   c.budget += m.budget_bytes;
   c.prefetched_bytes += m.prefetched_bytes;
   c.prefetch_used_bytes += m.prefetch_used_bytes;
