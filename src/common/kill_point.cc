@@ -18,6 +18,7 @@ namespace {
 struct Config {
   std::mutex mu;
   std::vector<std::string> prefixes;  // GUARDED_BY(mu); empty: every point
+  uint64_t skip = 0;                  // GUARDED_BY(mu): matching reaches left to pass
   std::atomic<uint32_t> odds{0};
 };
 
@@ -44,26 +45,33 @@ Config& Conf() {
     if (const char* points = std::getenv("KVFS_KILL_POINTS")) {
       conf->prefixes = SplitPrefixes(points);
     }
+    if (const char* skip = std::getenv("KVFS_KILL_SKIP")) {
+      conf->skip = std::strtoull(skip, nullptr, 10);
+    }
     return conf;
   }();
   return *c;
 }
 
-bool Matches(Config& c, std::string_view name) {
+// Whether `name` may kill at this reach: named by the prefixes, and past
+// the reaches to skip.
+bool Armed(Config& c, std::string_view name) {
   std::lock_guard<std::mutex> l(c.mu);
-  if (c.prefixes.empty()) return true;
-  for (const std::string& p : c.prefixes) {
-    if (name.substr(0, p.size()) == p) return true;
-  }
+  bool named = c.prefixes.empty();
+  for (const std::string& p : c.prefixes) named = named || name.substr(0, p.size()) == p;
+  if (!named) return false;
+  if (c.skip == 0) return true;
+  --c.skip;
   return false;
 }
 
 }  // namespace
 
-void KillPoints::Set(uint32_t odds, const std::string& prefixes) {
+void KillPoints::Set(uint32_t odds, const std::string& prefixes, uint64_t skip) {
   Config& c = Conf();
   std::lock_guard<std::mutex> l(c.mu);
   c.prefixes = SplitPrefixes(prefixes);
+  c.skip = skip;
   c.odds.store(odds, std::memory_order_relaxed);
 }
 
@@ -72,7 +80,7 @@ bool KillPoints::Enabled() { return Conf().odds.load(std::memory_order_relaxed) 
 void KillPoints::Reach(const char* name) {
   Config& c = Conf();
   const uint32_t odds = c.odds.load(std::memory_order_relaxed);
-  if (odds == 0 || !Matches(c, name)) return;
+  if (odds == 0 || !Armed(c, name)) return;
   thread_local std::minstd_rand rng(std::random_device{}());
   if (odds > 1 && rng() % odds != 0) return;
   // write(2), not a logger: nothing buffered may be lost to the kill.

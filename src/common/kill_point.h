@@ -10,6 +10,8 @@
 // Environment, read once at the first point reached:
 //   KVFS_KILL_ODDS=N      1 in N reaches kill the process (unset or 0: never)
 //   KVFS_KILL_POINTS=P,Q  only points whose name starts with P or Q
+//   KVFS_KILL_SKIP=K      the first K reaches of those points never kill (a
+//                         test that kills at the K+1th batch of a pass)
 // Before the kill, one line "kvfs: kill point NAME: SIGKILL" is written to
 // standard error (so a test can count kills per point).
 //
@@ -28,8 +30,9 @@ class KillPoints {
  public:
   // Replaces what the environment said: 1 in `odds` reaches of a point whose
   // name starts with one of the comma-separated `prefixes` (empty: every
-  // point) kill the process; `odds` 0 disables. For tests.
-  static void Set(uint32_t odds, const std::string& prefixes = "");
+  // point) kill the process, after the first `skip` reaches of those
+  // points; `odds` 0 disables. For tests.
+  static void Set(uint32_t odds, const std::string& prefixes = "", uint64_t skip = 0);
   // Called by KVFS_KILL_POINT: may not return.
   static void Reach(const char* name);
   static bool Enabled();

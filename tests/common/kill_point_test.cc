@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 namespace kvfs {
 namespace {
 
@@ -43,6 +45,20 @@ TEST(KillPointDeathTest, OnlyPointsNamedByThePrefixesKill) {
         _exit(3);
       },
       ::testing::KilledBySignal(SIGKILL), "kill point Test::There:Late");
+}
+
+TEST(KillPointDeathTest, TheFirstSkippedReachesNeverKill) {
+  SKIP_IN_RELEASE();
+  EXPECT_EXIT(
+      {
+        KillPoints::Set(1, "Test::", 3);
+        for (int i = 0; i < 3; ++i) KVFS_KILL_POINT("Test::Here");
+        KVFS_KILL_POINT("Other::Here");  // not named: not counted
+        fprintf(stderr, "survived three\n");
+        KVFS_KILL_POINT("Test::Here");
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGKILL), "survived three\nkvfs: kill point Test::Here");
 }
 
 TEST(KillPointTest, DisabledPointsDoNothing) {
