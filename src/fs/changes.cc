@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/format.h"
+#include "common/kill_point.h"
 #include "fs/file_system_impl.h"
 
 namespace kvfs::fs {
@@ -32,6 +33,9 @@ void FileSystem::Impl::Enqueue(const std::shared_ptr<Change>& c) {
   for (auto& i : c->inodes) c->pins.push_back(table_.Pin(i));
   for (auto& i : c->deletes) c->pins.push_back(table_.Pin(i));
   committer_->Enqueue(c);
+  // Queued (a rename, unlink, truncate or new data is visible to callers),
+  // not committed.
+  KVFS_KILL_POINT("FileSystem::Enqueued");
   if (!c->orphan_puts.empty()) SettleOrphans(*c);
 }
 

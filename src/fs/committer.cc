@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "common/kill_point.h"
+
 namespace kvfs::fs {
 
 namespace {
@@ -130,6 +132,9 @@ void Committer::Run() {
       }
     }
     if (st.ok()) {
+      // Data flushed, not yet named by the index: a crash must leave the
+      // old versions.
+      KVFS_KILL_POINT("Committer::BeforeIndexCommit");
       if (!batch.empty()) {
         st = index_.Commit(batch, sync);
         commits_.fetch_add(1, std::memory_order_relaxed);
@@ -137,6 +142,9 @@ void Committer::Run() {
         st = index_.SyncWal();
       }
       if (!st.ok()) spdlog::error("index commit failed: {}", st.ToString());
+      // Committed, but no waiter told (an fsync has not returned) and the
+      // replaced extents not freed yet.
+      KVFS_KILL_POINT("Committer::AfterIndexCommit");
     }
     for (auto& c : group) {
       committed_(*c, st);

@@ -68,6 +68,10 @@ void Evictor::Allocated() {
   cv_.notify_all();
 }
 
+std::chrono::steady_clock::time_point Evictor::Now() const {
+  return hooks_.now ? hooks_.now() : std::chrono::steady_clock::now();
+}
+
 void Evictor::Count(const Batch& b) {
   if (b.files == 0) return;
   files_.fetch_add(b.files, std::memory_order_relaxed);
@@ -113,15 +117,16 @@ uint64_t Evictor::RunPass(unsigned to_pct) {
 }
 
 Status Evictor::ReserveWaiting(const std::function<Status()>& reserve, uint64_t bytes) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Now();
   const auto deadline = start + options_.writer_wait;
   waits_.fetch_add(1, std::memory_order_relaxed);
   Status st = Status::Error(ENOSPC, "volume full");
   bool kicked_local = false;
   for (;;) {
-    // The pass thread may be in a batch: wait for it, bounded.
-    std::unique_lock<std::timed_mutex> p(pass_mu_, deadline);
-    if (!p.owns_lock()) {
+    // The pass thread may be in a batch: wait for it, bounded (what is left
+    // of the wait on Now()'s clock, as time on the lock's).
+    std::unique_lock<std::timed_mutex> p(pass_mu_, std::defer_lock);
+    if (!p.try_lock_for(deadline - Now())) {
       st = reserve();  // the pass freed space while this writer waited
       break;
     }
@@ -138,15 +143,13 @@ Status Evictor::ReserveWaiting(const std::function<Status()>& reserve, uint64_t 
     st = reserve();
     if (st.code() != ENOSPC) break;
     if (!evicted && free < bytes) break;  // nothing is evictable now
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (Now() >= deadline) break;
     // The free space was not enough (the write needs more than `bytes`,
     // or it is fragmented): make more room next time round.
     if (!evicted) bytes = free + bytes;
   }
   if (kicked_local) Allocated();  // past the high watermark: the pass goes on
-  wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::steady_clock::now() - start)
-                         .count(),
+  wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Now() - start).count(),
                      std::memory_order_relaxed);
   return st;
 }
@@ -185,7 +188,7 @@ void Evictor::Loop() {
     }
     const Space sp = hooks_.space();
     if (sp.total == 0 || sp.used < sp.total / 100 * options_.high_pct) continue;
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Now();
     if (now < quiet_until) continue;
     std::lock_guard<std::timed_mutex> p(pass_mu_);
     if (!PassTo(sp.total / 100 * options_.low_pct, /*paced=*/true)) {

@@ -88,6 +88,10 @@ class Evictor {
     // Evictor's own notify thread, holding no lock: so it may block (the
     // front end drops the name from the kernel's caches there).
     std::function<void(const Gone&)> evicted;
+    // The clock of the writers' bounded wait and of the pause after a
+    // fruitless pass. Tests step one of their own; by default (unset) the
+    // steady clock.
+    std::function<std::chrono::steady_clock::time_point()> now;
   };
   static constexpr size_t kBatchFiles = 32;
   // Background passes (and RunPass) pause this long between batches, so
@@ -138,6 +142,7 @@ class Evictor {
   // REQUIRES: pass_mu_ held.
   bool PassTo(uint64_t target, bool paced);
   void Count(const Batch& b);
+  std::chrono::steady_clock::time_point Now() const;
 
   const EvictionOptions options_;
   const Hooks hooks_;

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/kill_point.h"
 #include "fs/eviction_rules.h"
 #include "fs/file_system_impl.h"
 #include "fs/recency.h"
@@ -57,7 +58,10 @@ void FileSystem::Impl::StartEviction() {
   hooks.evict = [this](size_t max_files, uint64_t bytes, std::vector<Evictor::Gone>* gone) {
     return EvictBatch(max_files, bytes, gone);
   };
-  hooks.commit = [this] { committer_->Drain(false).ignore(); };  // errors surface on the next call
+  hooks.commit = [this] {
+    KVFS_KILL_POINT("Eviction::BeforeCommit");  // a batch of victims unlinked, not committed
+    committer_->Drain(false).ignore();  // errors surface on the next call
+  };  // errors surface on the next call
   eviction_.Start(std::move(victims), options_.eviction, std::move(hooks));
 }
 
@@ -100,6 +104,7 @@ Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
         kept.insert(c.ino);
         continue;
       }
+      KVFS_KILL_POINT("Eviction::AfterUnlink");
       ++b.files;
       b.bytes += size;
       b.last_age_ns = now - c.last_use_ns;

@@ -75,7 +75,8 @@ FileSystem::Impl::~Impl() {
   retained_.Clear();
 }
 
-int64_t FileSystem::Impl::NowNs() {
+int64_t FileSystem::Impl::NowNs() const {
+  if (options_.now_ns) return options_.now_ns();
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();

@@ -162,6 +162,10 @@ struct FileSystemOptions {
   // It gets three quarters of cache_bytes, the chunk cache (larger files,
   // and what does not fit) the rest.
   bool file_memory = false;
+  // The clock of timestamps (mtime, ctime, atime) and of uses for eviction,
+  // ns since the epoch. Tests step one of their own; by default (unset)
+  // the real-time clock.
+  std::function<int64_t()> now_ns;
 };
 
 class FileSystem {

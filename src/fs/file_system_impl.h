@@ -103,7 +103,7 @@ class FileSystem::Impl {
   // The scheduler's options: the engine's defaults with options.lane_commands.
   static io::SchedulerOptions LaneOptions(const volume::Volume& volume,
                                           const FileSystemOptions& options);
-  static int64_t NowNs();
+  int64_t NowNs() const;  // options_.now_ns, or the real-time clock
   // OK, or EROFS once the index failed a write (Index::failure) or a
   // device flush before a commit failed (Committer::failure): every change
   // after that would be lost, so none is accepted. The facade asks it for

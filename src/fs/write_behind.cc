@@ -12,6 +12,7 @@
 
 #include "common/crc32c.h"
 #include "common/format.h"
+#include "common/kill_point.h"
 #include "fs/chunk_cache.h"
 #include "fs/countdown.h"
 #include "fs/file_system_impl.h"
@@ -290,6 +291,7 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
   i->rec.mtime_ns = i->rec.ctime_ns = NowNs();
   // Committed with the data (the capture at close carries the mode).
   if (kill) i->rec.mode = KillSuidGidFor(i->rec.mode, i->rec.gid, *kill);
+  KVFS_KILL_POINT("WriteBehind::Staged");  // accepted, only in staging memory
   return static_cast<size_t>(pos - off);
 }
 
@@ -364,11 +366,13 @@ void FileSystem::Impl::SubmitChunk(const InodeRef& inode, uint64_t ci) {
     pos += e.len;
   }
   sched_->Submit(io::Lane::kWrite, reqs);
+  KVFS_KILL_POINT("WriteBehind::Submitted");  // device writes in flight
 }
 
 void FileSystem::Impl::OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr<ChunkBuf> cb,
                                       Status st) {
   const InodeRef& inode = pin.ref();
+  KVFS_KILL_POINT("WriteBehind::ChunkWritten");  // on the device, named by nothing yet
   // Even a failed write makes the next commit flush first: after a power
   // cut the flush fails, and nothing more is committed.
   committer_->NoteDataWritten();
@@ -423,6 +427,7 @@ void FileSystem::Impl::OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr
   FreeNow(free_now);
   if (data_change) Enqueue(data_change);
   for (auto& g : gates) committer_->OpenGate(g);
+  KVFS_KILL_POINT("WriteBehind::ChunkInstalled");  // its change queued, gates opened
   // `pin` goes here: the inode may leave the table.
 }
 

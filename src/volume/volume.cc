@@ -6,6 +6,7 @@
 #include <map>
 
 #include "common/format.h"
+#include "common/kill_point.h"
 #include "volume/volume_parts.h"
 
 namespace kvfs::volume {
@@ -108,6 +109,7 @@ Status Volume::ReclaimOrphans() {
     batch.DeleteInode(ino);
     batch.DeleteOrphan(ino);
   }
+  KVFS_KILL_POINT("Volume::ReclaimOrphans:BeforeCommit");  // a crash at mount
   KVFS_RETURN_IF_ERROR(index_->Commit(batch, /*sync=*/true));
   reclaimed_orphans_ = orphans.size();
   spdlog::info("reclaimed {} orphaned file(s) (unlinked while open, or O_TMPFILE never linked)",

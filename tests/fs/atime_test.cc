@@ -6,8 +6,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
-#include <thread>
 
 #include "common/format.h"
 #include "fs/fs_fixture.h"
@@ -132,7 +132,16 @@ class AtimeModeTest : public AtimeFsTest {
 };
 using AtimeFlushTest = AtimeModeTest<AtimeMode::kRelatime, 50>;
 using NoatimeTest = AtimeModeTest<AtimeMode::kNoatime>;
-using StrictatimeTest = AtimeModeTest<AtimeMode::kStrictatime>;
+// Strictatime on a clock the test steps.
+class StrictatimeTest : public AtimeModeTest<AtimeMode::kStrictatime> {
+ protected:
+  FileSystemOptions FsOpts() override {
+    FileSystemOptions o = AtimeModeTest::FsOpts();
+    o.now_ns = [this] { return now_ns_.load(); };
+    return o;
+  }
+  std::atomic<int64_t> now_ns_{1'800'000'000'000'000'000};
+};
 
 TEST_F(AtimeFlushTest, PeriodicFlushWritesMovedAtimesInOneCommit) {
   std::vector<uint64_t> inos;
@@ -162,8 +171,9 @@ TEST_F(StrictatimeTest, EveryReadMovesAtimeButCommitsStayBatched) {
   ASSERT_TRUE(fs_->Sync().ok());
   const uint64_t commits = fs_->Stats().index_commits;
   const int64_t first = ReadOnce(ino);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  EXPECT_GT(ReadOnce(ino), first);
+  EXPECT_EQ(first, now_ns_.load());
+  now_ns_ += 1000;
+  EXPECT_EQ(ReadOnce(ino), first + 1000);
   fs_->WaitCommitsStalled();
   EXPECT_EQ(fs_->Stats().index_commits, commits);
 }

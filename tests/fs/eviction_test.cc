@@ -14,6 +14,15 @@ namespace {
 
 constexpr uint64_t kTotal = 1000;
 
+// The Evictor's clock in tests: it moves only when the test says.
+struct FakeClock {
+  std::atomic<int64_t> ns{0};
+  std::chrono::steady_clock::time_point Now() const {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns.load()));
+  }
+  void Advance(std::chrono::nanoseconds d) { ns += d.count(); }
+};
+
 // A volume of kTotal bytes holding files of 10 bytes; `evictable` of them
 // may go. Committing frees what was evicted.
 struct FakeVolume {
@@ -23,8 +32,9 @@ struct FakeVolume {
   uint64_t evicted_uncommitted = 0;
   std::vector<Evictor::Gone> told;
 
-  Evictor::Hooks Hooks() {
+  Evictor::Hooks Hooks(const FakeClock* clock = nullptr) {
     Evictor::Hooks h;
+    if (clock) h.now = [clock] { return clock->Now(); };
     h.space = [this] {
       std::lock_guard<std::mutex> l(mu);
       return Evictor::Space{used, kTotal};
@@ -126,24 +136,42 @@ TEST(EvictorTest, WriterGetsSpaceFromAPass) {
 
 TEST(EvictorTest, NothingEvictableIsEnospcAtOnce) {
   FakeVolume v;
-  Evictor e(Options(), v.Hooks());
+  FakeClock clock;
+  Evictor e(Options(), v.Hooks(&clock));
   v.Fill(1000, 0);
-  const auto start = std::chrono::steady_clock::now();
-  Status st = e.ReserveWaiting([] { return Status::Error(ENOSPC, "full"); }, 40);
+  // Each try takes 1 ms of the writer's 300: a writer that waited for
+  // space would try again and again.
+  int tries = 0;
+  Status st = e.ReserveWaiting(
+      [&] {
+        ++tries;
+        clock.Advance(std::chrono::milliseconds(1));
+        return Status::Error(ENOSPC, "full");
+      },
+      40);
   EXPECT_EQ(st.code(), ENOSPC);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  EXPECT_EQ(tries, 1);
+  EXPECT_EQ(e.counters().writer_wait_ns, 1'000'000u);
 }
 
 TEST(EvictorTest, WriterWaitIsBounded) {
   FakeVolume v;
-  Evictor e(Options(), v.Hooks());
+  FakeClock clock;
+  Evictor e(Options(), v.Hooks(&clock));
   v.Fill(1000, 1u << 30);  // eviction frees space, but the write never fits
-  const auto start = std::chrono::steady_clock::now();
-  Status st = e.ReserveWaiting([] { return Status::Error(ENOSPC, "full"); }, 40);
+  // Each try takes 100 ms of the writer's 300 (Options()); an unbounded
+  // wait would go on until the 1000th, which fits.
+  int tries = 0;
+  Status st = e.ReserveWaiting(
+      [&] {
+        clock.Advance(std::chrono::milliseconds(100));
+        return ++tries < 1000 ? Status::Error(ENOSPC, "full") : Status::OK();
+      },
+      40);
   EXPECT_EQ(st.code(), ENOSPC);
-  const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_LT(took, std::chrono::milliseconds(2000));
-  EXPECT_GE(e.counters().writer_wait_ns, 1u);
+  EXPECT_GE(tries, 1);
+  EXPECT_LE(tries, 3);
+  EXPECT_EQ(e.counters().writer_wait_ns, static_cast<uint64_t>(tries) * 100'000'000u);
 }
 
 TEST(EvictorTest, RunPassGoesWhereTold) {

@@ -2,12 +2,16 @@
 // before the data write completes. A wrapper around the real engine holds
 // writes back until the test lets them go.
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <mutex>
 #include <thread>
 
 #include "common/format.h"
+#include "common/kill_point.h"
 #include "fs/fs_fixture.h"
 #include "util/write_gate_io.h"
 
@@ -91,6 +95,57 @@ TEST_F(OrderingTest, FsyncReturnsOnlyAfterDataAndIndexAreDurable) {
   EXPECT_TRUE(f.get().ok());
   EXPECT_EQ(vol_->index().GetInode(c->attr.ino)->size, (1u << 20) + 4096);
   fs_->Release(c->fh);
+}
+
+// Kill points (common/kill_point.h) around the index commit, in a forked
+// child that mounts the image, stores "synced", then "k" with the point
+// armed; the parent remounts and sees what the kill left.
+class KillPointTest : public FsTest {
+ protected:
+  // The child's exit: 0 if it returned, else the signal that ended it.
+  int StoreInChildKilledAt(const char* point, const std::string& data) {
+    Unmount();
+    const pid_t pid = fork();
+    if (pid == 0) {  // no gtest assertions here: exit codes say what failed
+      Mount();
+      if (!fs_) _exit(10);
+      Store(kRootIno, "synced", "durable");
+      if (!fs_->Sync().ok()) _exit(11);
+      KillPoints::Set(1, point);
+      Store(kRootIno, "k", data);
+      (void)fs_->Sync();
+      _exit(0);
+    }
+    int status = 0;
+    EXPECT_EQ(waitpid(pid, &status, 0), pid);
+    Mount();
+    return WIFSIGNALED(status) ? WTERMSIG(status) : 100 + WEXITSTATUS(status);
+  }
+};
+
+#ifdef NDEBUG
+#define SKIP_IN_RELEASE() GTEST_SKIP() << "kill points are compiled out (NDEBUG)"
+#else
+#define SKIP_IN_RELEASE() (void)0
+#endif
+
+TEST_F(KillPointTest, AKillBeforeTheIndexCommitLeavesTheStoreUnnamed) {
+  SKIP_IN_RELEASE();
+  EXPECT_EQ(StoreInChildKilledAt("Committer::BeforeIndexCommit", Pattern(3 << 20, 5)), SIGKILL);
+  EXPECT_EQ(fs_->Lookup(kRootIno, "k").status().code(), ENOENT);
+  EXPECT_EQ(*Load(kRootIno, "synced"), "durable");
+}
+
+TEST_F(KillPointTest, AKillAfterTheIndexCommitKeepsWhatItCommitted) {
+  SKIP_IN_RELEASE();
+  const std::string data = Pattern(3 << 20, 6);
+  EXPECT_EQ(StoreInChildKilledAt("Committer::AfterIndexCommit", data), SIGKILL);
+  // The first group after the point was armed names "k": its data whole, or
+  // (committed before the data was written) none of it.
+  Result<std::string> k = Load(kRootIno, "k");
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  EXPECT_TRUE(*k == data || k->empty()) << k->size();
+  EXPECT_EQ(*Load(kRootIno, "synced"), "durable");
 }
 
 }  // namespace

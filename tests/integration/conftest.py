@@ -168,6 +168,7 @@ class Mount:
         self.image = image
         self.path = path
         self.options = options
+        self.env = {}  # added to the daemon's environment (KVFS_KILL_ODDS...)
         self.proc = None
         self.log_path = path + ".log"
 
@@ -179,7 +180,8 @@ class Mount:
             args += ["-o", options]
         args += [self.image, self.path]
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **self.env} if self.env else None)
         deadline = time.monotonic() + 30
         while mounted_fstype(self.path) != "fuse.kvfs":
             rc = self.proc.poll()

@@ -516,7 +516,9 @@ def test_interrupted_readers_leave_the_daemon_serving_and_nothing_queued(make_vo
         p = subprocess.Popen([sys.executable, "-c", reader, vol.p("big")],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert p.stdout.readline() == b"reading\n"
-        time.sleep(0.2)
+        # Its threads' reads wait behind one another for the one command
+        # the read lane has: the signal hits a thread in one of them.
+        wait_for(lambda: read_lane()["queued"] > 0, "reads queued on the read lane")
         p.send_signal(2)  # SIGINT: not fatal, so the request in flight is interrupted
         assert p.wait(timeout=30) != 0
         wait_for(lambda: read_lane()["queued"] == 0, "the read lane's queue to empty")

@@ -1,8 +1,10 @@
 """kvfs-stress (tools/kvfs-stress), short runs: a plain run of the whole
 operation mix on a mounted volume, and a crash-mode run in which the tool
 mounts the volume itself, kills the daemon twice with SIGKILL, checks the
-image with fsck.kvfs -n, remounts and verifies every key. Both run on this
-run's transport (KVFS_TRANSPORT), the plain one also with passthrough off.
+image with fsck.kvfs -n, remounts and verifies every key, and one whose
+kills come from the daemon's own kill points (a debug build's). All run on
+this run's transport (KVFS_TRANSPORT), the plain one also with passthrough
+off.
 
 The seeds are fixed so that a failure replays the same operation mix
 (KVFS_STRESS_SEED overrides them); the summary line and any failure with
@@ -64,19 +66,48 @@ def test_stress_plain_run_finds_nothing(make_volume, passthrough):
             v.mount.stop()
 
 
-def test_stress_crash_mode_survives_two_kills(make_volume):
-    v = make_volume("crash", size=1 * GiB)
-    args = ["--kill-every", "3", "--kills", "2", "--seconds", "12",
-            "--image", v.image, "--mountpoint", v.mnt, "--kvfs", KVFS_BIN,
-            "--log", v.mount.log_path, "--seed", SEED or "4202", "--ops", CRASH_OPS, *COMMON]
+def run_crash_mode(v, seed, args):
+    """kvfs-stress in crash mode on volume `v` (made, not mounted), on this
+    run's transport: its summary line."""
+    args = [*args, "--image", v.image, "--mountpoint", v.mnt, "--kvfs", KVFS_BIN,
+            "--log", v.mount.log_path, "--seed", SEED or seed, *COMMON]
     options = with_transport(None)
     if options:
         args += ["--kvfs-options", options]
     if FSCK_BIN:
         args += ["--fsck", FSCK_BIN]
-    line = run_stress(args, timeout=240)
+    return run_stress(args, timeout=240)
+
+
+def test_stress_crash_mode_survives_two_kills(make_volume):
+    v = make_volume("crash", size=1 * GiB)
+    line = run_crash_mode(v, "4202", ["--kill-every", "3", "--kills", "2", "--seconds", "12",
+                                      "--ops", CRASH_OPS])
     c = counts(line)
     assert int(c["kills"]) == 2, line
     assert int(c["keys_verified"]) >= 3 * 48, line
     if FSCK_BIN:
         assert "fsck=3" in line, line
+
+
+def test_stress_crash_mode_with_kill_points(make_volume):
+    """The daemon kills itself at named kill points (KVFS_KILL_ODDS, debug
+    builds): every kill lands where a crash matters (around the index
+    commit, in write-behind, between an eviction's unlinks and their
+    commit), and after each, fsynced keys are all there, nothing is torn
+    and fsck.kvfs -n is clean."""
+    with open(KVFS_BIN, "rb") as f:
+        if b"Committer::BeforeIndexCommit" not in f.read():
+            pytest.skip("a release build: kill points are compiled out")
+    v = make_volume("points", size=1 * GiB)
+    # About one kill per second of a loaded run at these odds; at most three.
+    line = run_crash_mode(v, "4203", ["--kill-points", "1000", "--kills", "3", "--seconds", "12",
+                                      "--ops", "store,load,stat,unlink,truncate,rewrite,batch"])
+    c = counts(line)
+    # At least one kill at a point, then the last kill of the run (which
+    # lets the last verification run without kill points).
+    assert int(c["point_kills"]) >= 1 and "killed_at=" in line, line
+    assert int(c["kills"]) >= int(c["point_kills"]) + 1, line
+    assert int(c["keys_verified"]) >= 2 * 48, line
+    if FSCK_BIN:
+        assert int(c["fsck"]) >= int(c["kills"]) + 1, line
