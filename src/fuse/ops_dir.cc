@@ -19,12 +19,8 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   SessionState& s = StateOf(req);
-  Status may = perm::MayOpen(req, ino, fi->flags);
-  if (!may.ok()) {
-    ReplyStatus(req, may, "opendir");
-    return;
-  }
-  Result<uint64_t> r = NoThrow([&] { return s.fs->OpenDir(ino); });
+  perm::RequestCaller caller(req);
+  Result<uint64_t> r = NoThrow([&] { return s.fs->OpenDir(ino, fi->flags, caller.check()); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "opendir");
     return;

@@ -66,16 +66,24 @@ int64_t ToNs(const timespec& ts) {
 }  // namespace
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  // Search permission on `parent` first, as the kernel's walk checks it.
-  bool cacheable;
-  if (Denied(req, perm::MayLookup(req, parent, &cacheable), "lookup")) return;
   // The control directory shadows anything in the index of that name.
-  if (control::Owns(parent) || control::IsControlName(parent, name)) {
+  if (control::Owns(parent)) {
+    control::Lookup(req, parent, name);
+    return;
+  }
+  bool cacheable = true;
+  if (control::IsControlName(parent, name)) {
+    if (Denied(req, perm::MayLookupControlDir(req, &cacheable), "lookup")) return;
     control::Lookup(req, parent, name, cacheable);
     return;
   }
   SessionState& s = StateOf(req);
-  Result<fs::Attr> r = NoThrow([&] { return s.fs->Lookup(parent, name); });
+  // fs/ checks search permission on `parent` first, as the kernel's walk
+  // does, and says whether names in it may be cached (fuse/permissions.h).
+  perm::RequestCaller who(req);
+  Result<fs::Attr> r = NoThrow([&] {
+    return s.fs->Lookup(parent, name, who.check(), who.check() ? &cacheable : nullptr);
+  });
   if (r.ok()) {
     fuse_entry_param e = EntryIn(*r, s.timeouts, cacheable);
     fuse_reply_entry(req, &e);

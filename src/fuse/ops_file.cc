@@ -50,7 +50,7 @@ void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
 // Opens the kernel may serve from the file's memory (fuse/passthrough.h):
 // a read-only open of a cached file, or any open of a file already served
 // that way. The reply comes when the file's load (if one is running) ends.
-void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags) {
+void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags, const fs::Caller* check) {
   SessionState& s = StateOf(req);
   std::shared_ptr<AsyncReply> reply;
   try {
@@ -89,7 +89,8 @@ void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags) {
             Status st = NoThrowVoid([&] { fs->Release(r->fh); });
             if (!st.ok()) spdlog::error("open: undoing an interrupted open: {}", st.ToString());
           }
-        });
+        },
+        check);
   } catch (const std::bad_alloc&) {
     if (!reply || reply->Claim()) fuse_reply_err(req, ENOMEM);
   }
@@ -145,19 +146,17 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   SessionState& s = StateOf(req);
-  Status may = perm::MayOpen(req, ino, fi->flags);
-  if (!may.ok()) {
-    ReplyStatus(req, may, "open");
-    return;
-  }
+  // fs/ checks the caller's permission to open as the flags ask.
+  perm::RequestCaller caller(req);
   if (s.passthrough != nullptr && s.passthrough->active()) {
-    OpenServed(req, ino, fi->flags);
+    OpenServed(req, ino, fi->flags, caller.check());
     return;
   }
   // An unprivileged O_TRUNC open clears setuid/setgid.
   fs::KillPriv who;
   fs::KillPriv* kill = UnprivilegedCaller(req, &who);
-  Result<uint64_t> r = NoThrow([&] { return s.fs->Open(ino, fi->flags, kill); });
+  Result<uint64_t> r =
+      NoThrow([&] { return s.fs->Open(ino, fi->flags, kill, caller.check()); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "open");
     return;
