@@ -17,7 +17,6 @@
 #include <spdlog/spdlog.h>
 
 #include "fs/access.h"
-#include "fuse/control.h"
 #include "fuse/reply.h"
 #include "fuse/session_state.h"
 
@@ -124,7 +123,7 @@ Status MayAccess(fuse_req_t req, uint64_t ino, int mask) {
 
 Status MayCreate(fuse_req_t req, uint64_t parent, bool* cacheable) {
   *cacheable = true;
-  if (!Checking(req) || control::Owns(parent)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   Result<fs::Attr> p = Peek(req, parent);
   if (!p.ok()) return Status::OK();
   *cacheable = EveryoneSearches(*p);
@@ -133,7 +132,7 @@ Status MayCreate(fuse_req_t req, uint64_t parent, bool* cacheable) {
 }
 
 Status MayDelete(fuse_req_t req, uint64_t parent, std::string_view name) {
-  if (!Checking(req) || control::Owns(parent)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   Result<fs::Attr> p = Peek(req, parent);
   if (!p.ok()) return Status::OK();
   RequestCaller rc(req);
@@ -145,7 +144,7 @@ Status MayDelete(fuse_req_t req, uint64_t parent, std::string_view name) {
 Status MayRename(fuse_req_t req, uint64_t parent, std::string_view name, uint64_t new_parent,
                  std::string_view new_name, bool* drop_names) {
   *drop_names = false;
-  if (!Checking(req) || control::Owns(parent) || control::Owns(new_parent)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   Result<fs::Attr> p = Peek(req, parent);
   Result<fs::Attr> np = Peek(req, new_parent);
   if (!p.ok() || !np.ok()) return Status::OK();
@@ -175,7 +174,7 @@ Status MayRename(fuse_req_t req, uint64_t parent, std::string_view name, uint64_
 Status MaySetAttr(fuse_req_t req, uint64_t ino, int to_set, bool with_handle, uint32_t* mode,
                   uint32_t uid, uint32_t gid, bool* narrowed) {
   *narrowed = false;
-  if (!Checking(req) || control::Owns(ino)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   Result<fs::Attr> r = Peek(req, ino);
   if (!r.ok()) return Status::OK();  // the setattr says why
   const fs::Attr& a = *r;
@@ -228,7 +227,7 @@ Status MaySetAttr(fuse_req_t req, uint64_t ino, int to_set, bool with_handle, ui
 }
 
 Status MayXattr(fuse_req_t req, uint64_t ino, std::string_view name, bool write) {
-  if (!Checking(req) || control::Owns(ino)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   if (name.substr(0, 5) != "user.") return Status::OK();  // the kernel checks trusted.*
   Result<fs::Attr> a = Peek(req, ino);
   if (!a.ok()) return Status::OK();

@@ -25,8 +25,9 @@
 //   if (Denied(req, perm::MayCreate(req, parent), "create")) return;
 //
 // Every function returns OK when the mount leaves the checks to the kernel
-// (SessionState::kvfs_permissions false), or for the control directory's
-// inodes (their handlers check for themselves). Any thread.
+// (SessionState::kvfs_permissions false). The control directory's inodes
+// never come here (fuse/route.h); its handlers check for themselves. Any
+// thread.
 #pragma once
 
 #include <fuse_lowlevel.h>

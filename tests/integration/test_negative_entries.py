@@ -1,9 +1,9 @@
 """A missing name's negative entry: the kernel caches "no such name" (the
 negative_timeout option), so a storm of stats of missing keys costs one
-LOOKUP per name (test_request_counts.py), and kvfs drops that entry whenever it creates the name by a
-path the kernel does not see itself. After each way of storing a key, a
-stat from another process that stat-ed the key missing just before sees it
-at once."""
+LOOKUP per name (test_request_counts.py), and kvfs drops that entry
+whenever it creates the name by a path the kernel does not see itself.
+After each way of storing a key, a stat from another process that stat-ed
+the key missing just before sees it at once."""
 import os
 import sys
 
