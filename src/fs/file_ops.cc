@@ -9,6 +9,7 @@
 
 #include "common/format.h"
 #include "common/sync_point.h"
+#include "fs/access.h"
 #include "fs/chunk_cache.h"
 #include "fs/file_memory.h"
 #include "fs/file_system_impl.h"
@@ -42,10 +43,12 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
   return Created{ToAttr(file->rec), fh};
 }
 
-Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, KillPriv* kill) {
+Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, KillPriv* kill,
+                                        const Caller* check) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   {
     std::unique_lock<std::mutex> l(i->mu);
+    KVFS_RETURN_IF_ERROR(MayAccessLocked(i, check, WantOfOpen(flags)));
     KVFS_RETURN_IF_ERROR(OpenLocked(i, flags, kill, nullptr));
   }
   return AddOpenHandle(i, flags, nullptr);
@@ -94,11 +97,11 @@ Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, KillPriv* kill
   return Status::OK();
 }
 
-void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
+void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill, const Caller* check,
                                   std::function<bool(FileMemory&)> can_serve,
                                   std::function<void(Result<Opened>)> done) {
   auto plain = [&] {
-    Result<uint64_t> r = Open(ino, flags, kill);
+    Result<uint64_t> r = Open(ino, flags, kill, check);
     if (!r.ok()) return done(r.status());
     done(Opened{*r, nullptr});
   };
@@ -110,6 +113,10 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill,
   std::vector<device::IoRequest> reqs;
   {
     std::unique_lock<std::mutex> l(i->mu);
+    if (Status may = MayAccessLocked(i, check, WantOfOpen(flags)); !may.ok()) {
+      l.unlock();
+      return done(may);
+    }
     std::shared_ptr<FileMemory> held = ram_->memory()->Get(i->token);
     if (held && held->opens.load() > 0) {
       // The kernel's rule: while an open is served from the file's memory,

@@ -294,8 +294,9 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Create(volume::Volume& volume,
 }
 
 Status FileSystem::Shutdown() { return impl_->Shutdown(); }
-Result<Attr> FileSystem::Lookup(uint64_t p, std::string_view n) {
-  return Run(Call::kLookup, [&] { return impl_->Lookup(p, n); });
+Result<Attr> FileSystem::Lookup(uint64_t p, std::string_view n, const Caller* check,
+                                bool* everyone_searches) {
+  return Run(Call::kLookup, [&] { return impl_->Lookup(p, n, check, everyone_searches); });
 }
 void FileSystem::Forget(uint64_t ino, uint64_t n) { impl_->Forget(ino, n); }
 Result<Attr> FileSystem::GetAttr(uint64_t ino) {
@@ -332,13 +333,14 @@ Result<FileSystem::Created> FileSystem::CreateUnnamed(uint64_t p, uint32_t mode,
 Result<Attr> FileSystem::Link(uint64_t ino, uint64_t np, std::string_view nn) {
   return Run(Call::kLink, [&] { return impl_->Link(ino, np, nn); });
 }
-Result<uint64_t> FileSystem::Open(uint64_t ino, int flags, KillPriv* kill) {
+Result<uint64_t> FileSystem::Open(uint64_t ino, int flags, KillPriv* kill,
+                                  const Caller* check) {
   return Run(Call::kOpen, OpenChanges(flags),
-             [&] { return impl_->Open(ino, flags, kill); });
+             [&] { return impl_->Open(ino, flags, kill, check); });
 }
 void FileSystem::OpenServed(uint64_t ino, int flags, KillPriv* kill,
                             std::function<bool(FileMemory&)> can_serve,
-                            std::function<void(Result<Opened>)> done) {
+                            std::function<void(Result<Opened>)> done, const Caller* check) {
   const auto start = std::chrono::steady_clock::now();
   auto measured = [this, start, done = std::move(done)](Result<Opened> r) {
     Record(Call::kOpen, start, r.ok() ? 0 : r.status().code(), 0);
@@ -347,7 +349,7 @@ void FileSystem::OpenServed(uint64_t ino, int flags, KillPriv* kill,
   if (OpenChanges(flags)) {
     if (Status w = impl_->Writable(); !w.ok()) return measured(w);
   }
-  impl_->OpenServed(ino, flags, kill, std::move(can_serve), std::move(measured));
+  impl_->OpenServed(ino, flags, kill, check, std::move(can_serve), std::move(measured));
 }
 void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
                       CancelFlag cancel) {
@@ -396,8 +398,8 @@ Result<std::string> FileSystem::ListXattr(uint64_t ino, const Caller& caller) {
 Status FileSystem::RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller) {
   return Run(Call::kRemoveXattr, [&] { return impl_->RemoveXattr(ino, name, caller); });
 }
-Result<uint64_t> FileSystem::OpenDir(uint64_t ino) {
-  return Run(Call::kOpenDir, [&] { return impl_->OpenDir(ino); });
+Result<uint64_t> FileSystem::OpenDir(uint64_t ino, int flags, const Caller* check) {
+  return Run(Call::kOpenDir, [&] { return impl_->OpenDir(ino, flags, check); });
 }
 Status FileSystem::ReadDir(
     uint64_t dh, uint64_t off,

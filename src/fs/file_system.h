@@ -65,9 +65,12 @@ struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
   pid_t pid = 0;
-  // Supplementary groups; only the batch path (which checks permissions
-  // itself) fills them.
+  // Supplementary groups; only the batch path fills them.
   std::vector<uint32_t> groups;
+  // Set instead of `groups` where reading them costs (fuse/ reads /proc):
+  // whether the caller is in group `gid`, asked only when the answer
+  // decides a permission check. Must stay valid for the call it is passed to.
+  std::function<bool(uint32_t gid)> in_group;
 };
 
 struct Attr {
@@ -182,7 +185,15 @@ class FileSystem {
 
   // --- Namespace. Lookup, Create and MkDir add one to the kernel lookup
   // count of the inode they return; Forget() subtracts.
-  Result<Attr> Lookup(uint64_t parent, std::string_view name);
+  //
+  // `check` (non-null: a mount that leaves permission checks to kvfs,
+  // fs/access.h) is the caller whose search permission on `parent` Lookup
+  // checks first (EACCES), as the kernel's walk does; then
+  // *everyone_searches (if non-null) tells whether all three x bits of
+  // `parent` are set, also when the name is missing. `check` must stay
+  // valid for the call.
+  Result<Attr> Lookup(uint64_t parent, std::string_view name, const Caller* check = nullptr,
+                      bool* everyone_searches = nullptr);
   void Forget(uint64_t ino, uint64_t nlookup);
   Result<Attr> GetAttr(uint64_t ino);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
@@ -234,7 +245,10 @@ class FileSystem {
   // with O_TRUNC: the opener is unprivileged, so the truncate clears
   // S_ISUID and S_ISGID as fs/killpriv.h says, as on every Linux
   // filesystem (kill->mode_changed tells whether it did).
-  Result<uint64_t> Open(uint64_t ino, int flags, KillPriv* kill = nullptr);
+  // `check` (non-null): the caller whose permission to open as `flags` ask
+  // (fs::WantOfOpen) is checked first, EACCES; valid for the call.
+  Result<uint64_t> Open(uint64_t ino, int flags, KillPriv* kill = nullptr,
+                        const Caller* check = nullptr);
   // An open that the kernel may serve itself, from the file's memory
   // (options.file_memory). `memory` set: every read and write of this open
   // is the kernel's, on memory->fd(); fs/ writes what lands there out to
@@ -246,14 +260,15 @@ class FileSystem {
   // (called under the file's lock) makes the memory usable by the kernel,
   // or says it cannot be: the open is then like Open()'s. done runs once,
   // inline or on an engine thread. `kill` as Open()'s; it must stay valid
-  // until done runs.
+  // until done runs. `check` as Open()'s; it is used only before
+  // OpenServed returns.
   struct Opened {
     uint64_t fh = 0;
     std::shared_ptr<FileMemory> memory;
   };
   void OpenServed(uint64_t ino, int flags, KillPriv* kill,
                   std::function<bool(FileMemory&)> can_serve,
-                  std::function<void(Result<Opened>)> done);
+                  std::function<void(Result<Opened>)> done, const Caller* check = nullptr);
   // `data` is valid only during the callback; shorter than `size` at EOF.
   // Setting *cancel (the caller gave up: FUSE INTERRUPT) drops the parts of
   // the read not yet sent to the device; done then gets ECANCELED.
@@ -292,7 +307,9 @@ class FileSystem {
   // handle is read from offset 0 (so they are stable while entries change;
   // a read from 0 again, as after rewinddir, lists afresh); "." and ".."
   // come first.
-  Result<uint64_t> OpenDir(uint64_t ino);
+  // `check` (non-null): the caller whose permission to open as `flags` ask
+  // is checked first, EACCES; valid for the call.
+  Result<uint64_t> OpenDir(uint64_t ino, int flags = 0, const Caller* check = nullptr);
   // Calls fn(name, ino, mode, next_off) from `off` until fn returns false.
   Status ReadDir(uint64_t dh, uint64_t off,
                  const std::function<bool(std::string_view, uint64_t, uint32_t, uint64_t)>& fn);

@@ -111,7 +111,8 @@ class FileSystem::Impl {
   Status Writable() const;
 
   // --- namespace_ops.cc
-  Result<Attr> Lookup(uint64_t parent, std::string_view name);
+  Result<Attr> Lookup(uint64_t parent, std::string_view name, const Caller* check,
+                      bool* everyone_searches);
   // The attributes of a looked-up (or getattr'd) inode; queues a prefetch
   // of a regular file that has a name when prefetch=lookup, with
   // `only_idle` only if it is not open and has no uncommitted writes.
@@ -127,7 +128,7 @@ class FileSystem::Impl {
   Status UnlinkLocked(uint64_t parent, std::string_view name) REQUIRES(ns_.mu());
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                 std::string_view new_name, unsigned flags);
-  Result<uint64_t> OpenDir(uint64_t ino);
+  Result<uint64_t> OpenDir(uint64_t ino, int flags, const Caller* check);
   // Lists directory dh->ino into dh->items ("." and ".." first, then the
   // names in order, uncommitted changes included; nothing for a removed
   // directory). REQUIRES: dh->mu held.
@@ -177,8 +178,8 @@ class FileSystem::Impl {
   // --- file_ops.cc
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                          const Caller& caller);
-  Result<uint64_t> Open(uint64_t ino, int flags, KillPriv* kill);
-  void OpenServed(uint64_t ino, int flags, KillPriv* kill,
+  Result<uint64_t> Open(uint64_t ino, int flags, KillPriv* kill, const Caller* check);
+  void OpenServed(uint64_t ino, int flags, KillPriv* kill, const Caller* check,
                   std::function<bool(FileMemory&)> can_serve,
                   std::function<void(Result<Opened>)> done);
   // --- tmpfile_ops.cc (contracts in file_system.h)
@@ -432,6 +433,9 @@ class FileSystem::Impl {
   // (truncate, O_TRUNC, fallocate; with `grow_only`, never shrinks).
   // REQUIRES: i->mu held.
   Status ResizeServedMemory(const InodeRef& i, uint64_t size, bool grow_only);
+  // OK when `check` is null, or when it may access `i` as `want` asks
+  // (fs/access.h CheckAccess), else EACCES. REQUIRES: i->mu held.
+  static Status MayAccessLocked(const InodeRef& i, const Caller* check, int want);
   // The open's work under i->mu (O_TRUNC, the use, prefetch, the open
   // counts); `served`: the memory the open is served from, or null.
   // With `pending`, `served` is a memory still loading that the open

@@ -9,17 +9,33 @@
 #include <set>
 
 #include "common/format.h"
+#include "fs/access.h"
 #include "fs/file_system_impl.h"
 #include "fs/killpriv.h"
 
 namespace kvfs::fs {
 
-Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name) {
-  if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
+Status FileSystem::Impl::MayAccessLocked(const InodeRef& i, const Caller* check, int want) {
+  if (check == nullptr) return Status::OK();
+  return CheckAccess(i->rec.mode, i->rec.uid, i->rec.gid, *check, want);
+}
+
+Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name,
+                                      const Caller* check, bool* everyone_searches) {
   InodeRef child;
   {
     NamespaceReadLock ns(ns_.mu());  // changes nothing ns_.mu() guards
-    KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
+    Result<InodeRef> got = table_.Get(parent);
+    // Search permission first, as the kernel's walk checks it before it
+    // asks the filesystem; a parent that is not a directory is ENOTDIR.
+    if (got.ok() && (*got)->is_dir()) {
+      const InodeRef& p = *got;
+      std::lock_guard<std::mutex> l(p->mu);
+      if (everyone_searches != nullptr) *everyone_searches = (p->rec.mode & 0111) == 0111;
+      KVFS_RETURN_IF_ERROR(MayAccessLocked(p, check, kMayExec));
+    }
+    if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
+    KVFS_ASSIGN_OR_RETURN(InodeRef p, std::move(got));
     uint64_t ino;
     if (name == ".") {
       // Only the kernel's export support asks (open_by_handle_at of an
@@ -285,9 +301,13 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   return Status::OK();
 }
 
-Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino) {
+Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino, int flags, const Caller* check) {
   {
     KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
+    if (check != nullptr) {
+      std::lock_guard<std::mutex> l(d->mu);
+      KVFS_RETURN_IF_ERROR(MayAccessLocked(d, check, WantOfOpen(flags)));
+    }
     if (!d->is_dir()) return Status::Error(ENOTDIR, "opendir");
   }
   // Listed at the first ReadDir: a listing shows the directory as it is

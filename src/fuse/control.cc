@@ -213,10 +213,25 @@ Status Evict(fs::FileSystem& fs, std::string_view text) {
 
 }  // namespace
 
-void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name, bool cacheable) {
+Status RefuseNameChange(fuse_ino_t parent, const char* name, int exists_errno) {
+  if (Owns(parent)) return Status::Error(EPERM, ".kvfs: the control directory is fixed");
+  if (IsControlName(parent, name)) {
+    return Status::Error(exists_errno, ".kvfs: reserved for the control directory");
+  }
+  return Status::OK();
+}
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   SessionState& s = StateOf(req);
   const Node* found = nullptr;
+  bool cacheable = true;
   if (IsControlName(parent, name)) {
+    // Search permission on the root first, as for any name in it.
+    Status may = perm::MayLookupControlDir(req, &cacheable);
+    if (!may.ok()) {
+      ReplyStatus(req, may, "lookup");
+      return;
+    }
     found = &kDir;
   } else if (std::strcmp(name, ".") == 0) {
     found = NodeOf(parent);  // export support: the inode of a file handle
@@ -262,7 +277,9 @@ void Access(fuse_req_t req, fuse_ino_t ino, int mask) {
   ReplyStatus(req, perm::Check(req, AttrOf(*n), want), "access");
 }
 
-void GetAttr(fuse_req_t req, fuse_ino_t ino) {
+void Forget(fuse_req_t req, fuse_ino_t /*ino*/, uint64_t /*nlookup*/) { fuse_reply_none(req); }
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
   const Node* n = NodeOf(ino);
   if (n == nullptr) {
     ReplyStatus(req, Status::Error(ENOENT, ".kvfs: no such inode"), "getattr");
@@ -272,7 +289,8 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino) {
   fuse_reply_attr(req, &st, StateOf(req).timeouts.attr_s);
 }
 
-void SetAttr(fuse_req_t req, fuse_ino_t ino, int to_set) {
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* /*attr*/, int to_set,
+             fuse_file_info* /*fi*/) {
   const Node* n = NodeOf(ino);
   if (n == nullptr || n->kind == Kind::kDir) {
     ReplyStatus(req, Status::Error(EPERM, ".kvfs: attributes are fixed"), "setattr");
@@ -297,6 +315,11 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, int to_set) {
   }
   struct stat st = StatOf(*n);
   fuse_reply_attr(req, &st, StateOf(req).timeouts.attr_s);
+}
+
+void Link(fuse_req_t req, fuse_ino_t /*ino*/, fuse_ino_t /*new_parent*/,
+          const char* /*new_name*/) {
+  ReplyStatus(req, Status::Error(EPERM, "link: hard links are not supported"), "link");
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -368,7 +391,8 @@ void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_
   fuse_reply_buf(req, c.data() + start, len);
 }
 
-void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_file_info* fi) {
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t /*off*/,
+           fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   const Node* n = NodeOf(ino);
   Status st = Status::Error(EBADF, ".kvfs: not open for writing");
@@ -425,7 +449,7 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
-void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* /*fi*/) {
   if (ino != kDirIno) {
     ReplyStatus(req, Status::Error(ENOTDIR, ".kvfs: not a directory"), "readdir");
     return;
@@ -465,6 +489,15 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
     return;
   }
   fuse_reply_buf(req, buf.data(), buf.size());
+}
+
+void ListXattr(fuse_req_t req, fuse_ino_t /*ino*/, size_t size) {
+  // An empty list: its size when asked for the size, else no bytes.
+  if (size == 0) {
+    fuse_reply_xattr(req, 0);
+  } else {
+    fuse_reply_buf(req, nullptr, 0);
+  }
 }
 
 }  // namespace kvfs::fuse::control

@@ -23,11 +23,11 @@
 // write-only (opening them for reading is EACCES).
 //
 // Its inodes come from a range the index never allocates (the index counts
-// up from 2), so a handler decides by inode number alone whether a request
-// is for the control directory. Every op handler in ops_*.cc asks
-// control::Owns() (or IsControlParent()) first and, when true, hands the
-// request to the control::* function of the same name, which replies
-// exactly once.
+// up from 2), so a request is for the control directory by inode number
+// alone, or by the one name `.kvfs` in the root. The op table
+// (fuse/route.h) routes those requests, once, to the control::* function
+// of the same name and signature as the ops::* handler, which replies
+// exactly once; the ops::* handlers never see a control inode.
 //
 // Handles: readable files carry a snapshot of their content, generated at
 // open, so a reader sees one consistent document over several read()s;
@@ -44,6 +44,8 @@
 #include <cstdint>
 #include <limits>
 #include <string_view>
+
+#include "common/status.h"
 
 namespace kvfs::fuse::control {
 
@@ -65,24 +67,42 @@ inline bool IsControlName(fuse_ino_t parent, const char* name) {
   return parent == FUSE_ROOT_ID && name != nullptr && kDirName == name;
 }
 
-// Handlers for Owns(ino) (or, for Lookup, parent == kDirIno or
-// IsControlName). Each replies exactly once.
-// `cacheable` false: .kvfs in a root directory not everyone may search
-// (fuse/permissions.h) gets no entry timeout.
-void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name, bool cacheable = true);
-void GetAttr(fuse_req_t req, fuse_ino_t ino);
+// Whether a namespace change naming `name` in `parent` touches the control
+// directory: EPERM inside it (it is fixed), `exists_errno` for its own name
+// in the root (EEXIST for creating it, EPERM for removing or renaming it);
+// OK when it does not.
+Status RefuseNameChange(fuse_ino_t parent, const char* name, int exists_errno);
+
+// Handlers for Owns(ino) (or, for Lookup, Owns(parent) or IsControlName),
+// with the signatures of the ops::* handlers. Each replies exactly once.
+// Lookup of `.kvfs` in the root checks search permission on the root
+// (fuse/permissions.h) and gets no entry timeout when not everyone may
+// search it.
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+// Control inodes are not counted: nothing to forget.
+void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 // access(2): the nodes' modes, as the kernel's own check saw them.
 void Access(fuse_req_t req, fuse_ino_t ino, int mask);
 // Only size changes are accepted (and ignored: `echo 1 > f` truncates);
 // anything else is EPERM.
-void SetAttr(fuse_req_t req, fuse_ino_t ino, int to_set);
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
+// EPERM: kvfs has no hard links, and the control files are fixed.
+void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name);
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
-void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, fuse_file_info* fi);
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+           fuse_file_info* fi);
 void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+// No extended attributes: the list is empty.
+void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+// The rest is answered by an errno alone (fuse/route.cc): fsync, fsyncdir
+// and releasedir OK (nothing to make durable or to free), fallocate EPERM
+// (no space), ioctl ENOTTY, setxattr EOPNOTSUPP, getxattr and removexattr
+// ENODATA.
 
 // The attribute name whose setxattr prefetches a file or directory.
 inline constexpr std::string_view kPrefetchXattr = "user.kvfs.prefetch";

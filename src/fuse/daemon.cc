@@ -13,9 +13,9 @@
 
 #include "common/mutex.h"
 #include "fuse/control.h"
-#include "fuse/ops.h"
 #include "fuse/permissions.h"
 #include "fuse/request_loop.h"
+#include "fuse/route.h"
 
 namespace kvfs::fuse {
 
@@ -138,37 +138,7 @@ fuse_lowlevel_ops Operations() {
   fuse_lowlevel_ops op;
   std::memset(&op, 0, sizeof(op));
   op.init = Init;
-  op.lookup = ops::Lookup;
-  op.forget = ops::Forget;
-  op.forget_multi = ops::ForgetMulti;
-  op.getattr = ops::GetAttr;
-  op.setattr = ops::SetAttr;
-  op.mkdir = ops::MkDir;
-  op.mknod = ops::MkNod;
-  op.rmdir = ops::RmDir;
-  op.unlink = ops::Unlink;
-  op.rename = ops::Rename;
-  op.access = ops::Access;
-  op.link = ops::Link;
-  op.symlink = ops::Symlink;
-  op.create = ops::Create;
-  op.open = ops::Open;
-  op.read = ops::Read;
-  op.write = ops::Write;
-  op.flush = ops::Flush;
-  op.release = ops::Release;
-  op.fsync = ops::Fsync;
-  op.fallocate = ops::Fallocate;
-  op.opendir = ops::OpenDir;
-  op.readdir = ops::ReadDir;
-  op.releasedir = ops::ReleaseDir;
-  op.fsyncdir = ops::FsyncDir;
-  op.statfs = ops::StatFs;
-  op.ioctl = ops::Ioctl;
-  op.setxattr = ops::SetXattr;
-  op.getxattr = ops::GetXattr;
-  op.listxattr = ops::ListXattr;
-  op.removexattr = ops::RemoveXattr;
+  SetHandlers(op);
   return op;
 }
 

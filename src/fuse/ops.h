@@ -3,7 +3,9 @@
 // (for Read and Fsync: from the fs/ completion callback, on whichever thread
 // finishes the work). Handlers run on libfuse worker threads, concurrently.
 //
-// Implementation detail of fuse/daemon.cc, which puts them in the op table.
+// Implementation detail of fuse/route.cc, which puts them in the op table
+// behind the control directory's routing: they never see a control inode
+// (fuse/control.h).
 #pragma once
 
 #include <fuse_lowlevel.h>

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <vector>
 
-#include "fuse/control.h"
 #include "fuse/ops.h"
 #include "fuse/permissions.h"
 #include "fuse/reply.h"
@@ -14,17 +13,9 @@
 namespace kvfs::fuse::ops {
 
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    control::OpenDir(req, ino, fi);
-    return;
-  }
   SessionState& s = StateOf(req);
-  Status may = perm::MayOpen(req, ino, fi->flags);
-  if (!may.ok()) {
-    ReplyStatus(req, may, "opendir");
-    return;
-  }
-  Result<uint64_t> r = NoThrow([&] { return s.fs->OpenDir(ino); });
+  perm::RequestCaller caller(req);
+  Result<uint64_t> r = NoThrow([&] { return s.fs->OpenDir(ino, fi->flags, caller.check()); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "opendir");
     return;
@@ -37,11 +28,7 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
 }
 
-void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    control::ReadDir(req, ino, size, off);
-    return;
-  }
+void ReadDir(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   std::vector<char> buf;
   size_t used = 0;
@@ -84,11 +71,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   fuse_reply_buf(req, buf.data(), used);
 }
 
-void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    fuse_reply_err(req, 0);  // control listings hold nothing
-    return;
-  }
+void ReleaseDir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   Status st = NoThrowVoid([&] {
     s.registry.DropOwner(OwnerFile{fi->fh, /*dir=*/true});  // the ioctl fd's last close
@@ -98,11 +81,7 @@ void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-void FsyncDir(fuse_req_t req, fuse_ino_t ino, int /*datasync*/, fuse_file_info* /*fi*/) {
-  if (control::Owns(ino)) {
-    fuse_reply_err(req, 0);
-    return;
-  }
+void FsyncDir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* /*fi*/) {
   // Directory changes are ordered commits of the one index: writing out and
   // committing everything queued covers this directory's entries.
   SessionState& s = StateOf(req);

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <limits>
 
-#include "fuse/control.h"
 #include "fuse/ops.h"
 #include "fuse/permissions.h"
 #include "fuse/reply.h"
@@ -16,24 +15,6 @@
 namespace kvfs::fuse::ops {
 
 namespace {
-
-// Refuses a namespace change naming `name` in `parent` when it touches the
-// control directory: inside it (EPERM), or its own name in the root
-// (`exists_errno`: EEXIST for creating it, EPERM for removing/renaming it).
-// Returns true when it replied.
-bool RefusedForControl(fuse_req_t req, fuse_ino_t parent, const char* name, int exists_errno,
-                       const char* op) {
-  if (parent == control::kDirIno || control::Owns(parent)) {
-    ReplyStatus(req, Status::Error(EPERM, ".kvfs: the control directory is fixed"), op);
-    return true;
-  }
-  if (control::IsControlName(parent, name)) {
-    ReplyStatus(req, Status::Error(exists_errno, ".kvfs: reserved for the control directory"),
-                op);
-    return true;
-  }
-  return false;
-}
 
 // Replies with `st` and returns true if it is an error (a refused check).
 bool Denied(fuse_req_t req, const Status& st, const char* op) {
@@ -66,16 +47,14 @@ int64_t ToNs(const timespec& ts) {
 }  // namespace
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  // Search permission on `parent` first, as the kernel's walk checks it.
-  bool cacheable;
-  if (Denied(req, perm::MayLookup(req, parent, &cacheable), "lookup")) return;
-  // The control directory shadows anything in the index of that name.
-  if (control::Owns(parent) || control::IsControlName(parent, name)) {
-    control::Lookup(req, parent, name, cacheable);
-    return;
-  }
+  bool cacheable = true;
   SessionState& s = StateOf(req);
-  Result<fs::Attr> r = NoThrow([&] { return s.fs->Lookup(parent, name); });
+  // fs/ checks search permission on `parent` first, as the kernel's walk
+  // does, and says whether names in it may be cached (fuse/permissions.h).
+  perm::RequestCaller who(req);
+  Result<fs::Attr> r = NoThrow([&] {
+    return s.fs->Lookup(parent, name, who.check(), who.check() ? &cacheable : nullptr);
+  });
   if (r.ok()) {
     fuse_entry_param e = EntryIn(*r, s.timeouts, cacheable);
     fuse_reply_entry(req, &e);
@@ -95,10 +74,6 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
-  if (control::Owns(ino)) {
-    fuse_reply_none(req);  // control inodes are not counted
-    return;
-  }
   SessionState& s = StateOf(req);
   Status st = NoThrowVoid([&] { s.fs->Forget(ino, nlookup); });
   if (!st.ok()) spdlog::error("forget of inode {}: {}", ino, st.ToString());
@@ -108,7 +83,6 @@ void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
 void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
   SessionState& s = StateOf(req);
   for (size_t i = 0; i < count; ++i) {
-    if (control::Owns(forgets[i].ino)) continue;
     Status st = NoThrowVoid([&] { s.fs->Forget(forgets[i].ino, forgets[i].nlookup); });
     if (!st.ok()) spdlog::error("forget of inode {}: {}", forgets[i].ino, st.ToString());
   }
@@ -116,10 +90,6 @@ void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
-  if (control::Owns(ino)) {
-    control::GetAttr(req, ino);
-    return;
-  }
   SessionState& s = StateOf(req);
   Result<fs::Attr> r = NoThrow([&] { return s.fs->GetAttr(ino); });
   if (!r.ok()) {
@@ -131,10 +101,6 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
 }
 
 void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    control::SetAttr(req, ino, to_set);
-    return;
-  }
   SessionState& s = StateOf(req);
   uint32_t mode = attr->st_mode & 07777;
   bool narrowed;
@@ -179,7 +145,6 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
 }
 
 void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  if (RefusedForControl(req, parent, name, EEXIST, "mkdir")) return;
   SessionState& s = StateOf(req);
   bool cacheable;
   if (Denied(req, perm::MayCreate(req, parent, &cacheable), "mkdir")) return;
@@ -194,7 +159,6 @@ void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 }
 
 void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t /*rdev*/) {
-  if (RefusedForControl(req, parent, name, EEXIST, "mknod")) return;
   if (!S_ISREG(mode)) {
     // Device nodes, FIFOs and sockets are not supported (DESIGN.md).
     ReplyStatus(req, Status::Error(EPERM, "mknod: only regular files are supported"), "mknod");
@@ -218,14 +182,12 @@ void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
 }
 
 void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  if (RefusedForControl(req, parent, name, EPERM, "rmdir")) return;
   if (Denied(req, perm::MayDelete(req, parent, name), "rmdir")) return;
   SessionState& s = StateOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->RmDir(parent, name); }), "rmdir");
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  if (RefusedForControl(req, parent, name, EPERM, "unlink")) return;
   if (Denied(req, perm::MayDelete(req, parent, name), "unlink")) return;
   SessionState& s = StateOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->Unlink(parent, name); }), "unlink");
@@ -233,10 +195,6 @@ void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
             const char* newname, unsigned int flags) {
-  if (RefusedForControl(req, parent, name, EPERM, "rename") ||
-      RefusedForControl(req, newparent, newname, EPERM, "rename")) {
-    return;
-  }
   bool drop_names;
   if (Denied(req, perm::MayRename(req, parent, name, newparent, newname, &drop_names),
              "rename")) {
@@ -251,21 +209,12 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 }
 
 void Access(fuse_req_t req, fuse_ino_t ino, int mask) {
-  if (control::Owns(ino)) {
-    control::Access(req, ino, mask);
-    return;
-  }
   ReplyStatus(req, perm::MayAccess(req, ino, mask), "access");
 }
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   // Only the link that names an O_TMPFILE file; fs/ refuses any other with
   // EPERM, link(2)'s "the filesystem does not support hard links".
-  if (control::Owns(ino)) {
-    ReplyStatus(req, Status::Error(EPERM, "link: hard links are not supported"), "link");
-    return;
-  }
-  if (RefusedForControl(req, newparent, newname, EEXIST, "link")) return;
   SessionState& s = StateOf(req);
   // link(2) checks the new name's directory as a create does (vfs_link:
   // may_create), before asking the filesystem.

@@ -17,7 +17,6 @@
 #include <span>
 
 #include "fs/file_memory.h"
-#include "fuse/control.h"
 #include "fuse/passthrough.h"
 #include "fuse/ops.h"
 #include "fuse/permissions.h"
@@ -50,7 +49,7 @@ void SetOpenFlags(fuse_file_info* fi, uint64_t fh) {
 // Opens the kernel may serve from the file's memory (fuse/passthrough.h):
 // a read-only open of a cached file, or any open of a file already served
 // that way. The reply comes when the file's load (if one is running) ends.
-void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags) {
+void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags, const fs::Caller* check) {
   SessionState& s = StateOf(req);
   std::shared_ptr<AsyncReply> reply;
   try {
@@ -89,7 +88,8 @@ void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags) {
             Status st = NoThrowVoid([&] { fs->Release(r->fh); });
             if (!st.ok()) spdlog::error("open: undoing an interrupted open: {}", st.ToString());
           }
-        });
+        },
+        check);
   } catch (const std::bad_alloc&) {
     if (!reply || reply->Claim()) fuse_reply_err(req, ENOMEM);
   }
@@ -98,15 +98,6 @@ void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags) {
 }  // namespace
 
 void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
-  if (control::Owns(parent)) {
-    ReplyStatus(req, Status::Error(EPERM, ".kvfs: the control directory is fixed"), "create");
-    return;
-  }
-  if (control::IsControlName(parent, name)) {
-    ReplyStatus(req, Status::Error(EEXIST, ".kvfs: reserved for the control directory"),
-                "create");
-    return;
-  }
   SessionState& s = StateOf(req);
   bool cacheable;
   Status may = perm::MayCreate(req, parent, &cacheable);
@@ -140,24 +131,18 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    control::Open(req, ino, fi);
-    return;
-  }
   SessionState& s = StateOf(req);
-  Status may = perm::MayOpen(req, ino, fi->flags);
-  if (!may.ok()) {
-    ReplyStatus(req, may, "open");
-    return;
-  }
+  // fs/ checks the caller's permission to open as the flags ask.
+  perm::RequestCaller caller(req);
   if (s.passthrough != nullptr && s.passthrough->active()) {
-    OpenServed(req, ino, fi->flags);
+    OpenServed(req, ino, fi->flags, caller.check());
     return;
   }
   // An unprivileged O_TRUNC open clears setuid/setgid.
   fs::KillPriv who;
   fs::KillPriv* kill = UnprivilegedCaller(req, &who);
-  Result<uint64_t> r = NoThrow([&] { return s.fs->Open(ino, fi->flags, kill); });
+  Result<uint64_t> r =
+      NoThrow([&] { return s.fs->Open(ino, fi->flags, kill, caller.check()); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "open");
     return;
@@ -171,11 +156,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
 }
 
-void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    control::Read(req, ino, size, off, fi);
-    return;
-  }
+void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   // The reply comes from the completion callback: this worker thread goes
   // back to the kernel for the next request instead of waiting on the device.
@@ -217,10 +198,6 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
 
 void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
            fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    control::Write(req, ino, buf, size, fi);
-    return;
-  }
   SessionState& s = StateOf(req);
   // Another caller's reads go first (fuse/read_priority.h). The request loop
   // runs a write that would wait on a worker (daemon.cc); one that started
@@ -240,20 +217,12 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
   fuse_reply_write(req, *r);
 }
 
-void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    control::Flush(req, ino, fi);
-    return;
-  }
+void Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   ReplyStatus(req, NoThrow([&] { return s.fs->Flush(fi->fh); }), "flush");
 }
 
-void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    control::Release(req, ino, fi);
-    return;
-  }
+void Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   Status st = NoThrowVoid([&] {
     s.registry.DropOwner(OwnerFile{fi->fh, /*dir=*/false});  // the ioctl fd's last close
@@ -263,11 +232,7 @@ void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_err(req, 0);  // the kernel ignores release errors
 }
 
-void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    fuse_reply_err(req, 0);
-    return;
-  }
+void Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
   std::shared_ptr<AsyncReply> reply;
   try {
@@ -284,10 +249,6 @@ void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
 
 void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                fuse_file_info* fi) {
-  if (control::Owns(ino)) {
-    ReplyStatus(req, Status::Error(EPERM, ".kvfs: control files have no space"), "fallocate");
-    return;
-  }
   SessionState& s = StateOf(req);
   if (offset < 0 || length <= 0) {
     ReplyStatus(req, Status::Error(EINVAL, "fallocate: bad offset or length"), "fallocate");

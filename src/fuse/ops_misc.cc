@@ -1,12 +1,11 @@
 // ioctl.
 //
 // kvfs's own ioctls (include/kvfs/ioctl.h) go to batch_ioctl.cc; every
-// other command (TCGETS...) and any ioctl on a control file is ENOTTY.
+// other command (TCGETS...) is ENOTTY.
 #include <spdlog/spdlog.h>
 
 #include <string>
 
-#include "fuse/control.h"
 #include "kvfs/ioctl.h"
 #include "fuse/ops.h"
 #include "fuse/reply.h"
@@ -15,7 +14,7 @@ namespace kvfs::fuse::ops {
 
 void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* /*arg*/, fuse_file_info* fi,
            unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
-  if (_IOC_TYPE(cmd) == KVFS_IOC_MAGIC && !control::Owns(ino)) {
+  if (_IOC_TYPE(cmd) == KVFS_IOC_MAGIC) {
     KvfsIoctl(req, ino, cmd, fi, flags, in_buf, in_bufsz, out_bufsz);
     return;
   }

@@ -5,7 +5,6 @@
 // user.kvfs.* names are reserved. security.* and system.* get ENODATA (set:
 // EOPNOTSUPP) here from the name alone: the kernel asks for
 // security.capability around writes, and that answer touches no inode.
-// The control directory (.kvfs/) has no attributes.
 #include <string>
 
 #include "fs/xattr.h"
@@ -34,10 +33,6 @@ void ReplySized(fuse_req_t req, const std::string& value, size_t size) {
 
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
-  if (control::Owns(ino)) {
-    ReplyStatus(req, Status::Error(EOPNOTSUPP, ".kvfs: no extended attributes"), "setxattr");
-    return;
-  }
   SessionState& s = StateOf(req);
   Status may = perm::MayXattr(req, ino, name, /*write=*/true);
   if (!may.ok()) {
@@ -56,7 +51,7 @@ void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
 }
 
 void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  if (control::Owns(ino) || fs::xattr::IsNeverStored(name)) {
+  if (fs::xattr::IsNeverStored(name)) {
     fuse_reply_err(req, ENODATA);
     return;
   }
@@ -76,10 +71,6 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 }
 
 void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  if (control::Owns(ino)) {
-    ReplySized(req, std::string(), size);
-    return;
-  }
   SessionState& s = StateOf(req);
   const fs::Caller caller = CallerOf(req);
   Result<std::string> r = NoThrow([&] { return s.fs->ListXattr(ino, caller); });
@@ -91,10 +82,6 @@ void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  if (control::Owns(ino)) {
-    fuse_reply_err(req, ENODATA);
-    return;
-  }
   SessionState& s = StateOf(req);
   Status may = perm::MayXattr(req, ino, name, /*write=*/true);
   if (!may.ok()) {

@@ -17,7 +17,6 @@
 #include <spdlog/spdlog.h>
 
 #include "fs/access.h"
-#include "fuse/control.h"
 #include "fuse/reply.h"
 #include "fuse/session_state.h"
 
@@ -28,85 +27,12 @@ namespace {
 // The notification code of FUSE_NOTIFY_INC_EPOCH (protocol 7.44, Linux
 // 6.16): libfuse 3.14 and older kernel headers do not name it.
 constexpr int kNotifyIncEpoch = 8;
-// open_exec()'s flag in the open flags the kernel passes (FMODE_EXEC).
-constexpr int kOpenForExec = 0x20;
 
 bool Checking(fuse_req_t req) { return StateOf(req).kvfs_permissions; }
 
-// The caller of a request, its supplementary groups read only when asked.
-class Who {
- public:
-  explicit Who(fuse_req_t req) : req_(req) {
-    const fuse_ctx* c = fuse_req_ctx(req);
-    uid_ = c->uid;
-    gid_ = c->gid;
-  }
-  uint32_t uid() const { return uid_; }
-  bool root() const { return uid_ == 0; }
-
-  bool InGroup(uint32_t gid) {
-    if (gid == gid_) return true;
-    if (!have_groups_) {
-      have_groups_ = true;
-      std::vector<gid_t> g(32);
-      for (;;) {
-        int n = fuse_req_getgroups(req_, static_cast<int>(g.size()), g.data());
-        if (n < 0) {
-          g.clear();  // unknown: only the primary group counts
-          break;
-        }
-        if (static_cast<size_t>(n) <= g.size()) {
-          g.resize(static_cast<size_t>(n));
-          break;
-        }
-        g.resize(static_cast<size_t>(n));
-      }
-      groups_.assign(g.begin(), g.end());
-    }
-    return std::find(groups_.begin(), groups_.end(), gid) != groups_.end();
-  }
-
-  // generic_permission(): the owner's bits for the owner, the group's for a
-  // member, else the others'; root passes all but executing a file that no
-  // one may execute.
-  Status Access(const fs::Attr& a, int want) {
-    want &= fs::kMayRead | fs::kMayWrite | fs::kMayExec;
-    if (want == 0) return Status::OK();
-    if (root()) {
-      const bool dir = S_ISDIR(a.mode);
-      if (!(want & fs::kMayExec) || dir || (a.mode & (S_IXUSR | S_IXGRP | S_IXOTH))) {
-        return Status::OK();
-      }
-      return Status::Error(EACCES, "no execute bit set");
-    }
-    const uint32_t w = static_cast<uint32_t>(want);
-    uint32_t granted;
-    if (uid_ == a.uid) {
-      granted = (a.mode >> 6) & 7;
-    } else if (((a.mode >> 3) & w) == (a.mode & w)) {
-      granted = a.mode & 7;  // the group's bits say the same: no need to know
-    } else if (InGroup(a.gid)) {
-      granted = (a.mode >> 3) & 7;
-    } else {
-      granted = a.mode & 7;
-    }
-    if ((granted & w) == w) return Status::OK();
-    return Status::Error(EACCES, "permission denied");
-  }
-
-  // The sticky rule of may_delete(): in a directory with S_ISVTX only root,
-  // the directory's owner or the entry's owner may remove or replace it.
-  bool StickyBlocks(const fs::Attr& dir, const fs::Attr& victim) const {
-    return (dir.mode & S_ISVTX) && !root() && uid_ != dir.uid && uid_ != victim.uid;
-  }
-
- private:
-  fuse_req_t req_;
-  uint32_t uid_ = 0;
-  uint32_t gid_ = 0;
-  bool have_groups_ = false;
-  std::vector<uint32_t> groups_;
-};
+Status Access(const fs::Caller& who, const fs::Attr& a, int want) {
+  return fs::CheckAccess(a.mode, a.uid, a.gid, who, want);
+}
 
 Result<fs::Attr> Peek(fuse_req_t req, uint64_t ino) {
   return NoThrow([&] { return StateOf(req).fs->PeekAttr(ino); });
@@ -116,25 +42,49 @@ Result<fs::Attr> PeekEntry(fuse_req_t req, uint64_t parent, std::string_view nam
   return NoThrow([&] { return StateOf(req).fs->PeekEntry(parent, name); });
 }
 
-Status Sticky() {
-  return Status::Error(EPERM, "sticky directory: not the owner of the entry or the directory");
-}
-
 // may_delete() of `name` in `dir` (attributes `d`), search permission
 // already checked: ENOENT for a missing name comes before EACCES for a
 // directory the caller may not write, then the sticky rule.
-Status MayDeleteIn(fuse_req_t req, Who& who, const fs::Attr& d, uint64_t dir,
+Status MayDeleteIn(fuse_req_t req, const fs::Caller& who, const fs::Attr& d, uint64_t dir,
                    std::string_view name) {
-  Status w = who.Access(d, fs::kMayWrite);
+  Status w = Access(who, d, fs::kMayWrite);
   if (w.ok() && !(d.mode & S_ISVTX)) return Status::OK();
   Result<fs::Attr> victim = PeekEntry(req, dir, name);
   if (!victim.ok()) return victim.status().code() == ENOENT ? Status::OK() : victim.status();
   if (!w.ok()) return w;
-  if (who.StickyBlocks(d, *victim)) return Sticky();
-  return Status::OK();
+  return fs::CheckSticky(d.mode, d.uid, victim->uid, who);
 }
 
 }  // namespace
+
+RequestCaller::RequestCaller(fuse_req_t req) : req_(req), checking_(Checking(req)) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  caller_.uid = c->uid;
+  caller_.gid = c->gid;
+  caller_.pid = c->pid;
+  caller_.in_group = [this](uint32_t gid) { return InGroup(gid); };
+}
+
+bool RequestCaller::InGroup(uint32_t gid) {
+  if (!have_groups_) {
+    have_groups_ = true;
+    std::vector<gid_t> g(32);
+    for (;;) {
+      int n = fuse_req_getgroups(req_, static_cast<int>(g.size()), g.data());
+      if (n < 0) {
+        g.clear();  // unknown: only the primary group counts
+        break;
+      }
+      if (static_cast<size_t>(n) <= g.size()) {
+        g.resize(static_cast<size_t>(n));
+        break;
+      }
+      g.resize(static_cast<size_t>(n));
+    }
+    groups_.assign(g.begin(), g.end());
+  }
+  return std::find(groups_.begin(), groups_.end(), gid) != groups_.end();
+}
 
 bool KernelCanDropAllNames() {
   utsname u;
@@ -146,19 +96,18 @@ bool KernelCanDropAllNames() {
 
 Status Check(fuse_req_t req, const fs::Attr& attr, int want) {
   if (!Checking(req)) return Status::OK();
-  Who who(req);
-  return who.Access(attr, want);
+  RequestCaller who(req);
+  return Access(who.caller(), attr, want);
 }
 
-Status MayLookup(fuse_req_t req, uint64_t parent, bool* cacheable) {
+Status MayLookupControlDir(fuse_req_t req, bool* cacheable) {
   *cacheable = true;
-  if (!Checking(req) || control::Owns(parent)) return Status::OK();
-  Result<fs::Attr> p = Peek(req, parent);
-  if (!p.ok()) return Status::OK();  // the lookup itself says why
-  if (!S_ISDIR(p->mode)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
+  Result<fs::Attr> p = Peek(req, FUSE_ROOT_ID);
+  if (!p.ok()) return Status::OK();
   *cacheable = EveryoneSearches(*p);
-  Who who(req);
-  return who.Access(*p, fs::kMayExec);
+  RequestCaller who(req);
+  return Access(who.caller(), *p, fs::kMayExec);
 }
 
 Status MayAccess(fuse_req_t req, uint64_t ino, int mask) {
@@ -168,39 +117,41 @@ Status MayAccess(fuse_req_t req, uint64_t ino, int mask) {
   if (mask & R_OK) want |= fs::kMayRead;
   if (mask & W_OK) want |= fs::kMayWrite;
   if (mask & X_OK) want |= fs::kMayExec;
-  Who who(req);
-  return who.Access(a, want);
+  RequestCaller who(req);
+  return Access(who.caller(), a, want);
 }
 
 Status MayCreate(fuse_req_t req, uint64_t parent, bool* cacheable) {
   *cacheable = true;
-  if (!Checking(req) || control::Owns(parent)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   Result<fs::Attr> p = Peek(req, parent);
   if (!p.ok()) return Status::OK();
   *cacheable = EveryoneSearches(*p);
-  Who who(req);
-  return who.Access(*p, fs::kMayWrite | fs::kMayExec);
+  RequestCaller who(req);
+  return Access(who.caller(), *p, fs::kMayWrite | fs::kMayExec);
 }
 
 Status MayDelete(fuse_req_t req, uint64_t parent, std::string_view name) {
-  if (!Checking(req) || control::Owns(parent)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   Result<fs::Attr> p = Peek(req, parent);
   if (!p.ok()) return Status::OK();
-  Who who(req);
-  KVFS_RETURN_IF_ERROR(who.Access(*p, fs::kMayExec));
+  RequestCaller rc(req);
+  const fs::Caller& who = rc.caller();
+  KVFS_RETURN_IF_ERROR(Access(who, *p, fs::kMayExec));
   return MayDeleteIn(req, who, *p, parent, name);
 }
 
 Status MayRename(fuse_req_t req, uint64_t parent, std::string_view name, uint64_t new_parent,
                  std::string_view new_name, bool* drop_names) {
   *drop_names = false;
-  if (!Checking(req) || control::Owns(parent) || control::Owns(new_parent)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   Result<fs::Attr> p = Peek(req, parent);
   Result<fs::Attr> np = Peek(req, new_parent);
   if (!p.ok() || !np.ok()) return Status::OK();
-  Who who(req);
-  KVFS_RETURN_IF_ERROR(who.Access(*p, fs::kMayExec));
-  KVFS_RETURN_IF_ERROR(who.Access(*np, fs::kMayExec));
+  RequestCaller rc(req);
+  const fs::Caller& who = rc.caller();
+  KVFS_RETURN_IF_ERROR(Access(who, *p, fs::kMayExec));
+  KVFS_RETURN_IF_ERROR(Access(who, *np, fs::kMayExec));
   // The source must exist before anything else is said about it.
   Status src = MayDeleteIn(req, who, *p, parent, name);
   if (!src.ok()) {
@@ -210,56 +161,36 @@ Status MayRename(fuse_req_t req, uint64_t parent, std::string_view name, uint64_
   }
   // The target: write permission on its directory whether it exists or not,
   // and the sticky rule if it exists.
-  KVFS_RETURN_IF_ERROR(who.Access(*np, fs::kMayWrite));
+  KVFS_RETURN_IF_ERROR(Access(who, *np, fs::kMayWrite));
   KVFS_RETURN_IF_ERROR(MayDeleteIn(req, who, *np, new_parent, new_name));
   if (parent != new_parent) {
     Result<fs::Attr> s = PeekEntry(req, parent, name);
-    if (s.ok() && S_ISDIR(s->mode)) KVFS_RETURN_IF_ERROR(who.Access(*s, fs::kMayWrite));
+    if (s.ok() && S_ISDIR(s->mode)) KVFS_RETURN_IF_ERROR(Access(who, *s, fs::kMayWrite));
     *drop_names = EveryoneSearches(*p) && !EveryoneSearches(*np);
   }
   return Status::OK();
 }
 
-Status MayOpen(fuse_req_t req, uint64_t ino, int flags) {
-  if (!Checking(req) || control::Owns(ino)) return Status::OK();
-  Result<fs::Attr> a = Peek(req, ino);
-  if (!a.ok()) return Status::OK();  // the open says why
-  int want = 0;
-  switch (flags & O_ACCMODE) {
-    case O_RDONLY:
-      want = fs::kMayRead;
-      break;
-    case O_WRONLY:
-      want = fs::kMayWrite;
-      break;
-    default:
-      want = fs::kMayRead | fs::kMayWrite;
-      break;
-  }
-  if (flags & O_TRUNC) want |= fs::kMayWrite;
-  if (flags & kOpenForExec) want |= fs::kMayExec;
-  Who who(req);
-  return who.Access(*a, want);
-}
-
 Status MaySetAttr(fuse_req_t req, uint64_t ino, int to_set, bool with_handle, uint32_t* mode,
                   uint32_t uid, uint32_t gid, bool* narrowed) {
   *narrowed = false;
-  if (!Checking(req) || control::Owns(ino)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   Result<fs::Attr> r = Peek(req, ino);
   if (!r.ok()) return Status::OK();  // the setattr says why
   const fs::Attr& a = *r;
-  Who who(req);
-  const bool owner = who.root() || who.uid() == a.uid;
+  RequestCaller rc(req);
+  const fs::Caller& who = rc.caller();
+  const bool root = who.uid == 0;
+  const bool owner = root || who.uid == a.uid;
   if (to_set & FUSE_SET_ATTR_UID) {
-    if (!who.root() && !(who.uid() == a.uid && uid == a.uid)) {
+    if (!root && !(who.uid == a.uid && uid == a.uid)) {
       return Status::Error(EPERM, "chown: only root changes the owner");
     }
   }
   if (to_set & FUSE_SET_ATTR_GID) {
     const bool keeps_owner = !(to_set & FUSE_SET_ATTR_UID) || uid == a.uid;
-    if (!who.root() &&
-        !(who.uid() == a.uid && keeps_owner && (gid == a.gid || who.InGroup(gid)))) {
+    if (!root &&
+        !(who.uid == a.uid && keeps_owner && (gid == a.gid || fs::CallerInGroup(who, gid)))) {
       return Status::Error(EPERM, "chgrp: not the owner, or not a group of the caller");
     }
   }
@@ -271,12 +202,12 @@ Status MaySetAttr(fuse_req_t req, uint64_t ino, int to_set, bool with_handle, ui
     const bool kill_only = want != now && (want & ~now) == 0 &&
                            (cleared & ~static_cast<uint32_t>(S_ISUID | S_ISGID)) == 0;
     if (!owner) {
-      if (!kill_only || !who.Access(a, fs::kMayWrite).ok()) {
+      if (!kill_only || !Access(who, a, fs::kMayWrite).ok()) {
         return Status::Error(EPERM, "chmod: not the owner");
       }
-    } else if (!who.root() && !kill_only && !(to_set & FUSE_SET_ATTR_SIZE)) {
+    } else if (!root && !kill_only && !(to_set & FUSE_SET_ATTR_SIZE)) {
       const uint32_t group = (to_set & FUSE_SET_ATTR_GID) ? gid : a.gid;
-      if (!who.InGroup(group)) *mode &= ~static_cast<uint32_t>(S_ISGID);
+      if (!fs::CallerInGroup(who, group)) *mode &= ~static_cast<uint32_t>(S_ISGID);
     }
     *narrowed = S_ISDIR(a.mode) && EveryoneSearches(a) && (*mode & 0111) != 0111;
   }
@@ -286,28 +217,30 @@ Status MaySetAttr(fuse_req_t req, uint64_t ino, int to_set, bool with_handle, ui
     const bool touch = (to_set & FUSE_SET_ATTR_ATIME_NOW) && (to_set & FUSE_SET_ATTR_MTIME_NOW);
     if (!owner) {
       if (!touch) return Status::Error(EPERM, "utimes: not the owner");
-      KVFS_RETURN_IF_ERROR(who.Access(a, fs::kMayWrite));
+      KVFS_RETURN_IF_ERROR(Access(who, a, fs::kMayWrite));
     }
   }
   if ((to_set & FUSE_SET_ATTR_SIZE) && !with_handle) {
-    KVFS_RETURN_IF_ERROR(who.Access(a, fs::kMayWrite));
+    KVFS_RETURN_IF_ERROR(Access(who, a, fs::kMayWrite));
   }
   return Status::OK();
 }
 
 Status MayXattr(fuse_req_t req, uint64_t ino, std::string_view name, bool write) {
-  if (!Checking(req) || control::Owns(ino)) return Status::OK();
+  if (!Checking(req)) return Status::OK();
   if (name.substr(0, 5) != "user.") return Status::OK();  // the kernel checks trusted.*
   Result<fs::Attr> a = Peek(req, ino);
   if (!a.ok()) return Status::OK();
-  Who who(req);
+  RequestCaller rc(req);
+  const fs::Caller& who = rc.caller();
+  const bool root = who.uid == 0;
   if (!S_ISREG(a->mode) && !S_ISDIR(a->mode)) {
     return write ? Status::Error(EPERM, "user.* attributes") : Status::Error(ENODATA, "");
   }
-  if (write && S_ISDIR(a->mode) && (a->mode & S_ISVTX) && !who.root() && who.uid() != a->uid) {
+  if (write && S_ISDIR(a->mode) && (a->mode & S_ISVTX) && !root && who.uid != a->uid) {
     return Status::Error(EPERM, "user.* attributes of a sticky directory: owner only");
   }
-  return who.Access(*a, write ? fs::kMayWrite : fs::kMayRead);
+  return Access(who, *a, write ? fs::kMayWrite : fs::kMayRead);
 }
 
 void DropAllNames(fuse_req_t req) {

@@ -99,7 +99,7 @@ struct statvfs ToStatvfs(const fs::FsStats& s) {
 
 fs::Caller CallerOf(fuse_req_t req, bool with_groups) {
   const fuse_ctx* c = fuse_req_ctx(req);
-  fs::Caller caller{c->uid, c->gid, c->pid, {}};
+  fs::Caller caller{c->uid, c->gid, c->pid, {}, {}};
   if (!with_groups) return caller;
   std::vector<gid_t> groups(32);
   for (;;) {

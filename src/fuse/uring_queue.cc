@@ -46,46 +46,6 @@ size_t BodyLength(const iovec* iov, int count) {
 
 }  // namespace
 
-#ifdef KVFS_URING_BUDGET
-namespace uring_budget {
-namespace {
-thread_local uint64_t t_writev = 0;
-}  // namespace
-uint64_t Now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-void MarkWritev() { t_writev = Now(); }
-uint64_t WritevMark() { return t_writev; }
-}  // namespace uring_budget
-
-void UringQueue::BudgetSubmitted() {
-  const uint64_t now = uring_budget::Now();
-  last_submit_ns_ = now;
-  for (UringEntry* e : budget_pending_) {
-    e->t[uring_budget::kSubmitted] = now;
-    BudgetSum& b = budget_[e->opcode < 64 ? e->opcode : 63];
-    ++b.n;
-    b.gap += e->gap_ns;
-    for (int s = 1; s < uring_budget::kStages; ++s) b.stage[s] += e->t[s] - e->t[s - 1];
-  }
-  budget_pending_.clear();
-}
-
-void UringQueue::BudgetLog() {
-  for (unsigned op = 0; op < 64; ++op) {
-    const BudgetSum& b = budget_[op];
-    if (b.n == 0) continue;
-    auto mean = [&](uint64_t v) { return static_cast<double>(v) / b.n / 1000.0; };
-    spdlog::info("uring budget q{} {} n={}: wait {:.2f} us | cqe->dispatch {:.2f}, "
-                 "libfuse+handler {:.2f}, reply into entry {:.2f}, libfuse after reply {:.2f}, "
-                 "commit prep {:.2f}, submit {:.2f}",
-                 qid_, RequestName(op), b.n, mean(b.gap), mean(b.stage[1]), mean(b.stage[2]),
-                 mean(b.stage[3]), mean(b.stage[4]), mean(b.stage[5]), mean(b.stage[6]));
-  }
-}
-#endif
 
 UringQueue::UringQueue(UringTransport& transport, uint16_t qid, unsigned entries,
                        uint32_t payload_bytes, std::chrono::microseconds spin)
@@ -117,9 +77,6 @@ int UringQueue::Start() {
 
 void UringQueue::Stop() {
   if (!thread_.joinable()) return;
-#ifdef KVFS_URING_BUDGET
-  BudgetLog();  // racy with the thread's last requests; a measurement aid
-#endif
   stopping_.store(true, std::memory_order_seq_cst);
   uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
@@ -231,9 +188,6 @@ void UringQueue::Serve() {
     if (dirty_) {
       io_uring_submit(&ring_);
       dirty_ = false;
-#ifdef KVFS_URING_BUDGET
-      BudgetSubmitted();
-#endif
     }
     // Stopping: done once every request taken was committed. The
     // connection gone: the kernel gave every entry back.
@@ -271,17 +225,8 @@ void UringQueue::Serve() {
       sleeping_.store(false, std::memory_order_relaxed);
       continue;
     }
-#ifdef KVFS_URING_BUDGET
-    const uint64_t cqe_ns = uring_budget::Now();
-#endif
     for (unsigned i = 0; i < n; ++i) {
       auto* e = static_cast<UringEntry*>(io_uring_cqe_get_data(cqes[i]));
-#ifdef KVFS_URING_BUDGET
-      if (e != nullptr) {
-        e->t[uring_budget::kCqe] = cqe_ns;
-        e->gap_ns = last_submit_ns_ != 0 && i == 0 ? cqe_ns - last_submit_ns_ : 0;
-      }
-#endif
       const int res = cqes[i]->res;
       io_uring_cqe_seen(&ring_, cqes[i]);
       if (e == nullptr) {  // the wake-up read
@@ -310,9 +255,6 @@ void UringQueue::TakeRequest(UringEntry* e, bool backlog) {
   std::memcpy(&in, e->header.in_out, sizeof(in));
   const uint32_t payload = e->header.ring_ent_in_out.payload_sz;
   e->commit_id = e->header.ring_ent_in_out.commit_id;
-#ifdef KVFS_URING_BUDGET
-  e->t[uring_budget::kDispatch] = 0;
-#endif
   e->state.store(0, std::memory_order_relaxed);
   e->staged = false;
   ++owed_;
@@ -354,14 +296,7 @@ void UringQueue::TakeRequest(UringEntry* e, bool backlog) {
       loop->Offload(buf, &UringQueue::Processed, e)) {
     return;
   }
-#ifdef KVFS_URING_BUDGET
-  e->opcode = in.opcode;
-  e->t[uring_budget::kDispatch] = uring_budget::Now();
-#endif
   fuse_session_process_buf(transport_.session(), &buf);
-#ifdef KVFS_URING_BUDGET
-  e->t[uring_budget::kProcessed] = uring_budget::Now();
-#endif
   const uint8_t before = e->state.fetch_or(kProcessed, std::memory_order_acq_rel);
   if (before & kReplied) Commit(e);
 }
@@ -373,9 +308,6 @@ void UringQueue::Processed(void* entry) {
 }
 
 ssize_t UringQueue::Reply(UringEntry* e, const iovec* iov, int count) {
-#ifdef KVFS_URING_BUDGET
-  e->t[uring_budget::kReply] = uring_budget::WritevMark();
-#endif
   fuse_out_header out;
   std::memcpy(&out, iov[0].iov_base, sizeof(out));
   size_t body = BodyLength(iov, count);
@@ -399,9 +331,6 @@ ssize_t UringQueue::Reply(UringEntry* e, const iovec* iov, int count) {
     GatherBody(e->staging.data(), iov, body == 0 ? 1 : count);
     e->staged = true;
   }
-#ifdef KVFS_URING_BUDGET
-  e->t[uring_budget::kReplied] = uring_budget::Now();
-#endif
   const uint8_t before = e->state.fetch_or(kReplied, std::memory_order_acq_rel);
   if (before & kProcessed) PushReady(e);
   return static_cast<ssize_t>(written);
@@ -447,14 +376,6 @@ void UringQueue::Commit(UringEntry* e) {
   }
   PrepCommand(e, uring_abi::kCmdCommitAndFetch, e->commit_id);
   --owed_;
-#ifdef KVFS_URING_BUDGET
-  // Only requests run inline have every stage in order.
-  e->t[uring_budget::kCommitted] = uring_budget::Now();
-  if (e->t[uring_budget::kDispatch] != 0 && e->t[uring_budget::kReply] >= e->t[uring_budget::kDispatch] &&
-      e->t[uring_budget::kProcessed] >= e->t[uring_budget::kReplied]) {
-    budget_pending_.push_back(e);
-  }
-#endif
 }
 
 }  // namespace kvfs::fuse

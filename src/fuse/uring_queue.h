@@ -36,19 +36,6 @@
 
 namespace kvfs::fuse {
 
-#ifdef KVFS_URING_BUDGET
-// The per-request time budget of docs/budget.md: where a request's time in
-// the daemon goes, from the CQE that brought it to the submit of its
-// COMMIT_AND_FETCH. Built only with -Dcpp_args=-DKVFS_URING_BUDGET; each
-// queue logs its means per opcode when it stops (unmount).
-namespace uring_budget {
-enum Stage { kCqe, kDispatch, kReply, kReplied, kProcessed, kCommitted, kSubmitted, kStages };
-uint64_t Now();
-// When the calling thread entered the transport's writev hook.
-void MarkWritev();
-uint64_t WritevMark();
-}  // namespace uring_budget
-#endif
 
 class UringTransport;
 class UringQueue;
@@ -68,11 +55,6 @@ struct UringEntry {
   std::atomic<uint8_t> state{0};
   bool staged = false;
   std::vector<char> staging;  // a reply's body that waits for kProcessed
-#ifdef KVFS_URING_BUDGET
-  uint32_t opcode = 0;
-  uint64_t gap_ns = 0;  // from the queue's previous submit to this CQE
-  uint64_t t[uring_budget::kStages] = {};
-#endif
 };
 
 class UringQueue {
@@ -147,17 +129,6 @@ class UringQueue {
   unsigned owed_ = 0;  // entries holding a request not yet committed
   unsigned dead_ = 0;  // entries the kernel gave back with an error
   bool dirty_ = false;  // SQEs prepared and not yet submitted
-#ifdef KVFS_URING_BUDGET
-  struct BudgetSum {
-    uint64_t n = 0, gap = 0;
-    uint64_t stage[uring_budget::kStages] = {};
-  };
-  BudgetSum budget_[64];
-  std::vector<UringEntry*> budget_pending_;  // committed, not yet submitted
-  uint64_t last_submit_ns_ = 0;
-  void BudgetSubmitted();
-  void BudgetLog();
-#endif
 };
 
 }  // namespace kvfs::fuse

@@ -182,9 +182,6 @@ ssize_t UringTransport::ReadLarge(int fd, void* buf, size_t len) {
 }
 
 ssize_t UringTransport::Writev(int fd, iovec* iov, int count) {
-#ifdef KVFS_URING_BUDGET
-  uring_budget::MarkWritev();
-#endif
   if (count >= 1 && iov[0].iov_len >= sizeof(fuse_out_header)) {
     const auto* out = static_cast<const fuse_out_header*>(iov[0].iov_base);
     if (!init_done_.load(std::memory_order_relaxed) && init_unique_ != 0 &&

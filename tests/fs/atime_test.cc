@@ -69,7 +69,7 @@ TEST_F(AtimeFsTest, FirstReadAfterAWriteMovesAtimeThenItHolds) {
 }
 
 TEST_F(AtimeFsTest, ListingADirectoryMovesItsAtimeAfterItChanged) {
-  const Caller me{0, 0, 1, {}};
+  const Caller me{0, 0, 1, {}, {}};
   auto d = fs_->MkDir(kRootIno, "d", 0755, me);
   ASSERT_TRUE(d.ok());
   Store(d->ino, "k", "abc");  // the directory's mtime moves past its atime

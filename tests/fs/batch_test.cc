@@ -13,7 +13,7 @@
 namespace kvfs::fs {
 namespace {
 
-const Caller kRoot{0, 0, 1, {}};
+const Caller kRoot{0, 0, 1, {}, {}};
 
 class BatchTest : public FsTest {
  protected:

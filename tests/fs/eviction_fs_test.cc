@@ -23,7 +23,7 @@ namespace kvfs::fs {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
-const Caller kRoot{0, 0, 1, {}};
+const Caller kRoot{0, 0, 1, {}, {}};
 
 class EvictionFsTest : public FsTest {
  protected:

@@ -30,7 +30,7 @@ TEST_F(FsTest, ConnectorStoreThenLoadIsByteExactAtChunkSizes) {
 
 TEST_F(FsTest, EverythingSurvivesRemount) {
   std::string a = Pattern(3 << 20, 1), b = Pattern(123457, 2);
-  auto d = fs_->MkDir(kRootIno, "ab", 0750, Caller{1000, 1000, 0, {}});
+  auto d = fs_->MkDir(kRootIno, "ab", 0750, Caller{1000, 1000, 0, {}, {}});
   ASSERT_TRUE(d.ok());
   Store(d->ino, "a", a);
   uint64_t bino = Store(kRootIno, "b", b);

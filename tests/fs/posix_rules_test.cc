@@ -17,7 +17,7 @@ namespace kvfs::fs {
 namespace {
 
 constexpr uint32_t kGroup = 12345;
-const Caller kUser{1001, 1001, 0, {}};
+const Caller kUser{1001, 1001, 0, {}, {}};
 
 std::set<std::string> List(FileSystem& fs, uint64_t dh) {
   std::set<std::string> out;

@@ -32,7 +32,7 @@ TEST_F(TmpfileTest, UnnamedFileLinkedToItsNameIsByteExactAndSurvivesRemount) {
   auto d = fs_->MkDir(kRootIno, "kv", 0755, Caller{});
   ASSERT_TRUE(d.ok());
   const std::string data = Pattern((3 << 20) + 12345, 7);
-  auto c = fs_->CreateUnnamed(d->ino, 0644, O_WRONLY | O_TMPFILE, Caller{1000, 1000, 0, {}});
+  auto c = fs_->CreateUnnamed(d->ino, 0644, O_WRONLY | O_TMPFILE, Caller{1000, 1000, 0, {}, {}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->attr.nlink, 0u);
   EXPECT_EQ(c->attr.mode, S_IFREG | 0644u);

@@ -18,8 +18,8 @@
 namespace kvfs::fs {
 namespace {
 
-const Caller kRoot{0, 0, 1, {}};
-const Caller kUser{1000, 1000, 2, {}};
+const Caller kRoot{0, 0, 1, {}, {}};
+const Caller kUser{1000, 1000, 2, {}, {}};
 
 // A 4 KiB aligned buffer of `n` bytes (plus `slack` past them).
 struct Aligned {
@@ -216,7 +216,7 @@ TEST_F(WholeFileTest, NamesAnswerTheirLatestStateWhateverWasCachedBefore) {
 TEST_F(WholeFileTest, AccessFollowsOwnerGroupOtherAndRootBypass) {
   const uint32_t file = S_IFREG;
   const uint32_t dir = S_IFDIR;
-  Caller grouped{1000, 1000, 0, {2000, 3000}};
+  Caller grouped{1000, 1000, 0, {2000, 3000}, {}};
   EXPECT_TRUE(CheckAccess(file | 0600, 1000, 1, kUser, kMayRead | kMayWrite).ok());
   EXPECT_EQ(CheckAccess(file | 0060, 1000, 1000, kUser, kMayRead).code(), EACCES)
       << "the owner class decides even when the group class would allow";
@@ -248,7 +248,7 @@ TEST_F(WholeFileTest, ASearchlessDirectoryHidesItsFilesFromEveryCall) {
   // Group search permission through a supplementary group.
   Chmod(priv, 0710, 0, 2000);
   EXPECT_EQ(Code(fs_->LookupPath(kRootIno, "priv/f", kUser)), EACCES);
-  Caller member{1000, 1000, 0, {2000}};
+  Caller member{1000, 1000, 0, {2000}, {}};
   EXPECT_EQ(Code(fs_->LookupPath(kRootIno, "priv/f", member)), 0);
   EXPECT_EQ(Load(priv, "f").value(), "secret") << "nothing was removed";
 }
@@ -261,7 +261,7 @@ TEST_F(WholeFileTest, ReadNeedsReadPermissionOnTheFile) {
   EXPECT_EQ(Code(fs_->PrefetchFile(kRootIno, "f", kUser)), EACCES);
   EXPECT_EQ(Code(fs_->LookupPath(kRootIno, "f", kUser)), 0) << "stat needs no permission on the file";
   Chmod(ino, 0640, 0, 2000);
-  Caller member{1000, 1000, 0, {2000}};
+  Caller member{1000, 1000, 0, {2000}, {}};
   auto r = ReadFile("f", 0, buf.span(), member);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(std::string(buf.p, *r), "hello");
@@ -279,7 +279,7 @@ TEST_F(WholeFileTest, DeleteAndReplaceNeedWriteOnTheDirectoryAndObeyTheStickyBit
   EXPECT_EQ(Code(WriteFile("pub/new", std::string("mine"), kUser)), EACCES);
 
   uint64_t tmp = Dir("tmp", 01777);
-  Caller other{1001, 1001, 0, {}};
+  Caller other{1001, 1001, 0, {}, {}};
   ASSERT_EQ(Code(WriteFile("tmp/theirs", std::string("1001's"), other)), 0);
   EXPECT_EQ(Code(fs_->DeleteFile(kRootIno, "tmp/theirs", kUser)), EPERM);
   EXPECT_EQ(Code(WriteFile("tmp/theirs", std::string("mine"), kUser)), EPERM);

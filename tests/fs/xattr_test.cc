@@ -58,7 +58,7 @@ TEST(XattrRulesTest, ReplacingAValueCountsOnlyTheNewOneAgainstTheTotal) {
 class XattrFsTest : public FsTest {};
 
 TEST_F(XattrFsTest, KeptAcrossRenameAndRemountRemovedWithTheInode) {
-  const Caller me{1000, 1000, 1, {}};
+  const Caller me{1000, 1000, 1, {}, {}};
   auto c = fs_->Create(kRootIno, "tmp", 0644, O_WRONLY, me);
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(fs_->Write(c->fh, 0, std::span<const char>("data", 4)).ok());
@@ -78,7 +78,7 @@ TEST_F(XattrFsTest, KeptAcrossRenameAndRemountRemovedWithTheInode) {
 }
 
 TEST_F(XattrFsTest, SecurityNamesAreAnsweredWithoutLookingAtTheInode) {
-  const Caller me{0, 0, 1, {}};
+  const Caller me{0, 0, 1, {}, {}};
   // No such inode: an answer that needed it would be ENOENT.
   EXPECT_EQ(fs_->GetXattr(999999, "security.capability", me).status().code(), ENODATA);
   EXPECT_EQ(fs_->GetXattr(999999, "system.posix_acl_access", me).status().code(), ENODATA);
@@ -86,7 +86,7 @@ TEST_F(XattrFsTest, SecurityNamesAreAnsweredWithoutLookingAtTheInode) {
 }
 
 TEST_F(XattrFsTest, UnlinkedButOpenFileKeepsItsAttributesUntilClose) {
-  const Caller me{0, 0, 1, {}};
+  const Caller me{0, 0, 1, {}, {}};
   auto c = fs_->Create(kRootIno, "f", 0644, O_RDWR, me);
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(fs_->SetXattr(c->attr.ino, "user.x", "1", 0, me).ok());

@@ -244,6 +244,35 @@ def test_the_control_directory_cannot_be_changed(vol):
                                                   "stats", "sync"]
 
 
+def test_control_files_answer_every_other_call_alone(vol):
+    """Calls the control files have nothing for: no attributes, no ioctl,
+    no space, no links; fsync has nothing to make durable."""
+    import fcntl
+    import termios
+    st = vol.p(".kvfs", "stats")
+    assert os.listxattr(st) == []
+    expect_errno(errno.ENODATA, os.getxattr, st, "user.x")
+    expect_errno(errno.EOPNOTSUPP, os.setxattr, st, "user.x", b"1")
+    expect_errno(errno.ENODATA, os.removexattr, st, "user.x")
+    expect_errno(errno.EPERM, os.link, st, vol.p("stats-link"))
+    fd = os.open(st, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        expect_errno(errno.ENOTTY, fcntl.ioctl, fd, termios.TCGETS, bytes(64))
+    finally:
+        os.close(fd)
+    fd = os.open(vol.p(".kvfs", "sync"), os.O_WRONLY)
+    try:
+        expect_errno(errno.EPERM, os.posix_fallocate, fd, 0, 4096)
+    finally:
+        os.close(fd)
+    d = os.open(vol.p(".kvfs"), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(d)
+    finally:
+        os.close(d)
+
+
 def test_a_user_entry_named_kvfs_cannot_be_created_in_the_root(vol):
     expect_errno(errno.EEXIST, os.mkdir, vol.p(".kvfs"))
     expect_errno(errno.EEXIST, os.open, vol.p(".kvfs"), os.O_CREAT | os.O_EXCL | os.O_WRONLY,

@@ -113,6 +113,19 @@ def test_serial_store_and_load_of_one_key_send_the_documented_requests(vol, size
     assert got[:] == buf[:]
 
 
+def test_a_missing_name_costs_one_lookup_then_none(vol):
+    """The kernel caches the answer (negative_timeout): a connector's
+    repeated existence checks of a key not stored yet stay in the kernel."""
+    path = vol.p("never-stored")
+
+    def stat_missing():
+        with pytest.raises(FileNotFoundError):
+            os.stat(path)
+
+    assert measured(vol, stat_missing) == {"lookup": 1}
+    assert measured(vol, stat_missing) == {}
+
+
 def test_requests_show_in_prometheus_metrics(vol):
     with open(vol.p("k"), "wb") as f:
         f.write(b"x")
