@@ -2,7 +2,10 @@
 // create, open, write at random offsets and sizes, truncate, rename (over
 // existing names too), unlink (also while open), fsync, close and remount,
 // each checked against a plain map of names to bytes. A failure prints the
-// seed and step; KVFS_MODEL_SEED=<n> reruns one seed.
+// seed and step; KVFS_MODEL_SEED=<n> reruns one seed. ServedModelTest runs
+// the same with file memory on: opens served from it (the kernel's reads
+// and writes on the memory), cache drops, eviction and reuse of memory,
+// and the batch calls (WriteFile, ReadFile).
 #include <cstdlib>
 #include <algorithm>
 #include <chrono>
@@ -11,8 +14,13 @@
 #include <memory>
 #include <set>
 
+#include <unistd.h>
+
+#include <future>
+
 #include "common/format.h"
 #include "device/fault_injecting_io.h"
+#include "fs/file_memory.h"
 #include "fs/stats.h"
 #include "fs_fixture.h"
 
@@ -27,12 +35,47 @@ class ModelTest : public FsTest {
   struct OpenFile {
     uint64_t fh;
     Bytes bytes;  // the file it is open on, named or not
+    // Served: the kernel reads and writes this memory, not fs/.
+    std::shared_ptr<FileMemory> memory;
+    bool writable = true;
   };
+
+  // Opening an existing file read-write, as the front end does.
+  virtual OpenFile OpenExisting(uint64_t ino, const Bytes& bytes) {
+    auto fh = fs_->Open(ino, O_RDWR);
+    EXPECT_TRUE(fh.ok()) << fh.status().ToString();
+    return {fh.ok() ? *fh : 0, bytes, nullptr};
+  }
+  // A step of the derived tests' own; false if it did nothing.
+  virtual bool ExtraStep(std::mt19937_64&, std::map<std::string, Bytes>*, const std::string&) {
+    return false;
+  }
+
+  Status WriteThrough(const OpenFile& o, uint64_t off, const std::string& data) {
+    if (o.memory) {  // the kernel writes a served open's bytes into the memory
+      const ssize_t n = pwrite(o.memory->fd(), data.data(), data.size(), static_cast<off_t>(off));
+      return n == static_cast<ssize_t>(data.size()) ? Status::OK() : Status::Error(EIO, "pwrite");
+    }
+    auto w = fs_->Write(o.fh, off, data);
+    if (!w.ok()) return w.status();
+    return *w == data.size() ? Status::OK() : Status::Error(EIO, "short write");
+  }
+
+  Result<std::string> ReadThrough(const OpenFile& o, size_t len) {
+    if (o.memory) {
+      std::string out(len, '\0');
+      const ssize_t n = pread(o.memory->fd(), out.data(), len, 0);
+      if (n < 0) return Status::Error(errno, "pread");
+      out.resize(static_cast<size_t>(n));
+      return out;
+    }
+    return ReadFh(o.fh, 0, len);
+  }
 
   std::string Name(std::mt19937_64& rng) { return "n" + std::to_string(rng() % 8); }
 
   void CheckHandle(const OpenFile& o, const std::string& where) {
-    auto got = ReadFh(o.fh, 0, o.bytes->size() + 8192);
+    auto got = ReadThrough(o, o.bytes->size() + 8192);
     ASSERT_TRUE(got.ok()) << where << ": " << got.status().ToString();
     ASSERT_EQ(got->size(), o.bytes->size()) << where;
     ASSERT_TRUE(*got == *o.bytes) << where << ": contents differ";
@@ -85,22 +128,22 @@ class ModelTest : public FsTest {
           ASSERT_TRUE(c.ok()) << c.status().ToString();
           auto b = std::make_shared<std::string>();
           names[name] = b;
-          open.push_back({c->fh, b});
+          open.push_back({c->fh, b, nullptr});
         } else if (open.size() < 6) {
           auto a = fs_->Lookup(kRootIno, name);
           ASSERT_TRUE(a.ok());
-          auto fh = fs_->Open(a->ino, O_RDWR);
-          ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-          open.push_back({*fh, it->second});
+          OpenFile o = OpenExisting(a->ino, it->second);
+          if (HasFatalFailure() || o.fh == 0) return;
+          open.push_back(o);
         }
       } else if (op < 45 && !open.empty()) {  // write at a random offset
         OpenFile& o = open[rng() % open.size()];
+        if (!o.writable) continue;
         const uint64_t off = rng() % (3 * kChunkBytes);
         const size_t len = 1 + rng() % (rng() % 4 == 0 ? 2 * kChunkBytes : 64 << 10);
         const std::string data = Pattern(len, static_cast<uint32_t>(rng()));
-        auto w = fs_->Write(o.fh, off, data);
-        ASSERT_TRUE(w.ok()) << w.status().ToString();
-        ASSERT_EQ(*w, len);
+        Status w = WriteThrough(o, off, data);
+        ASSERT_TRUE(w.ok()) << w.ToString();
         if (o.bytes->size() < off + len) o.bytes->resize(off + len, '\0');
         o.bytes->replace(off, len, data);
       } else if (op < 55 && it != names.end()) {  // truncate
@@ -129,6 +172,7 @@ class ModelTest : public FsTest {
         open.erase(open.begin() + k);
       } else if (op < 96 && !open.empty()) {  // read back through a handle
         CheckHandle(open[rng() % open.size()], where);
+      } else if (op < 98 && ExtraStep(rng, &names, where)) {
       } else if (op >= 98) {  // remount: what was closed is what comes back
         close_all();
         Remount();
@@ -151,6 +195,85 @@ TEST_F(ModelTest, RandomSequencesMatchTheReferenceModel) {
     Run(seed, 1500);
     if (HasFatalFailure()) return;
   }
+}
+
+class ServedModelTest : public ModelTest {
+ protected:
+  FileSystemOptions FsOpts() override {
+    FileSystemOptions o;
+    o.file_memory = true;
+    o.cache_bytes = 16 << 20;  // 12 MiB of file memory: files are evicted, memory reused
+    return o;
+  }
+
+  OpenFile OpenExisting(uint64_t ino, const Bytes& bytes) override {
+    // Read-only opens are served when nothing else is open; while one is,
+    // every open of the file is, writers too (the kernel's rule).
+    const int flags = rng_() % 2 ? O_RDONLY : O_RDWR;
+    std::promise<Result<FileSystem::Opened>> p;
+    fs_->OpenServed(
+        ino, flags, nullptr, [](FileMemory&) { return true; },
+        [&](Result<FileSystem::Opened> r) { p.set_value(std::move(r)); });
+    Result<FileSystem::Opened> r = p.get_future().get();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return {0, bytes, nullptr};
+    if (r->memory) served_++;
+    return {r->fh, bytes, r->memory, flags == O_RDWR};
+  }
+
+  bool ExtraStep(std::mt19937_64& rng, std::map<std::string, Bytes>* names,
+                 const std::string& where) override {
+    const std::string name = Name(rng);
+    reused_ = std::max<uint64_t>(reused_, fs_->Stats().file_memory.reused);
+    switch (rng() % 3) {
+      case 0:  // .kvfs/drop_cache (memory that serves opens stays)
+        EXPECT_TRUE(fs_->DropCache().ok()) << where;
+        return true;
+      case 1: {  // the batch WRITE: the name replaced whole
+        // Keys come in a few sizes: dropped memory is then reused.
+        static constexpr uint64_t kSizes[] = {256 << 10, 1 << 20, (2 << 20) + 4096};
+        auto data = std::make_shared<std::string>(
+            Pattern(kSizes[rng() % 3], static_cast<uint32_t>(rng())));
+        std::promise<Status> p;
+        fs_->WriteFile(kRootIno, name, *data, Caller{}, [&](Status st) { p.set_value(st); });
+        Status st = p.get_future().get();
+        EXPECT_TRUE(st.ok()) << where << ": " << st.ToString();
+        (*names)[name] = data;
+        return true;
+      }
+      default: {  // the batch READ of a name, checked
+        auto it = names->find(name);
+        if (it == names->end()) return false;
+        std::string dest(it->second->size() + 4096, '\0');
+        std::promise<Result<size_t>> p;
+        fs_->ReadFile(kRootIno, name, 0, std::span<char>(dest.data(), dest.size()), Caller{},
+                      [&](Result<size_t> r) { p.set_value(std::move(r)); });
+        Result<size_t> r = p.get_future().get();
+        EXPECT_TRUE(r.ok()) << where << ": " << r.status().ToString();
+        if (r.ok()) {
+          EXPECT_EQ(*r, it->second->size()) << where;
+          EXPECT_TRUE(dest.substr(0, *r) == *it->second) << where << " " << name << ": differs";
+        }
+        return true;
+      }
+    }
+  }
+
+  int served_ = 0;
+  uint64_t reused_ = 0;  // the most seen in one mount
+  std::mt19937_64 rng_{5};
+};
+
+TEST_F(ServedModelTest, ServedOpensBatchCallsAndDropsMatchTheReferenceModel) {
+  if (const char* s = std::getenv("KVFS_MODEL_SEED")) return Run(std::strtoull(s, nullptr, 10), 4000);
+  for (uint64_t seed = 11; seed <= 13; ++seed) {
+    Run(seed, 1500);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(served_, 0);
+  EXPECT_GT(reused_, 0u);
+  const FileMemoryCounters c = fs_->Stats().file_memory;
+  EXPECT_LE(c.bytes + c.kept_bytes, c.budget_bytes);
 }
 
 
