@@ -492,7 +492,9 @@ def test_interrupted_readers_leave_the_daemon_serving_and_nothing_queued(make_vo
     and there. The file still reads back whole. (Buffered reads: an O_DIRECT
     read goes out as background requests, which the kernel never
     interrupts.)"""
-    vol = make_volume("interrupt", size=1024 * MiB, options="lane_read=1")
+    # prefetch=off: every read waits on the read lane itself (no read-ahead
+    # of this large file through the cache, whose waits are not commands).
+    vol = make_volume("interrupt", size=1024 * MiB, options="lane_read=1,prefetch=off")
     vol.mount.start()
     data = payload("interrupt", 96 * MiB)
     write_file(vol.p("big"), data)
