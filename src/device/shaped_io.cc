@@ -68,17 +68,24 @@ void ShapedIo::ClockMoved() {
   MutexLock l(mu_);
   cv_.NotifyAll();
   const uint64_t now = NowNs();
-  while (!due_.empty() && due_.top().at_ns <= now) CompleteTop(l);
+  while (!due_.empty() && due_.top().at_ns <= now) {
+    Due d = PopDue();
+    l.Unlock();
+    d.done(std::move(d.st));
+    l.Lock();
+    DoneReturned();
+  }
   while (calling_ > 0) idle_cv_.Wait(l);  // the timer's, popped before
 }
 
-void ShapedIo::CompleteTop(MutexLock& l) {
+ShapedIo::Due ShapedIo::PopDue() {
   Due d = std::move(const_cast<Due&>(due_.top()));
   due_.pop();
   ++calling_;
-  l.Unlock();
-  d.done(std::move(d.st));
-  l.Lock();
+  return d;
+}
+
+void ShapedIo::DoneReturned() {
   --calling_;
   --outstanding_;
   idle_cv_.NotifyAll();
@@ -138,7 +145,11 @@ void ShapedIo::TimerLoop() {
       cv_.WaitFor(l, std::chrono::nanoseconds(at - now));
       continue;
     }
-    CompleteTop(l);
+    Due d = PopDue();
+    l.Unlock();
+    d.done(std::move(d.st));
+    l.Lock();
+    DoneReturned();
   }
 }
 

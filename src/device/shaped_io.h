@@ -79,8 +79,10 @@ class ShapedIo : public BlockIo {
   void TimerLoop();
   uint64_t NowNs() const;
   void Finish(std::function<void(Status)>& done, Status st);
-  // Runs the earliest due request's `done`. REQUIRES: mu_ held, due_ not empty.
-  void CompleteTop(MutexLock& l) REQUIRES(mu_);
+  // The earliest due request, taken out to run its `done` unlocked; then
+  // DoneReturned(). REQUIRES: mu_ held, due_ not empty.
+  Due PopDue() REQUIRES(mu_);
+  void DoneReturned() REQUIRES(mu_);
 
   BlockIo& inner_;
   std::vector<DeviceShape> shapes_;  // one per device
