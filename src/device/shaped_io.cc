@@ -11,16 +11,6 @@
 
 namespace kvfs::device {
 
-namespace {
-
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
-}  // namespace
-
 Result<std::vector<DeviceShape>> ParseDeviceShapes(const std::string& spec, uint32_t devices) {
   std::vector<DeviceShape> all(devices);
   if (spec.empty()) return all;
@@ -50,8 +40,9 @@ Result<std::vector<DeviceShape>> ParseDeviceShapes(const std::string& spec, uint
   return all;
 }
 
-ShapedIo::ShapedIo(BlockIo& inner, std::vector<DeviceShape> shapes)
-    : inner_(inner), shapes_(std::move(shapes)) {
+ShapedIo::ShapedIo(BlockIo& inner, std::vector<DeviceShape> shapes,
+                   std::function<uint64_t()> now_ns)
+    : inner_(inner), shapes_(std::move(shapes)), now_ns_(std::move(now_ns)) {
   shapes_.resize(inner_.device_count());
   pipe_free_ns_.assign(shapes_.size(), 0);
   timer_ = std::thread([this] { TimerLoop(); });
@@ -64,6 +55,40 @@ ShapedIo::~ShapedIo() {
   cv_.NotifyAll();
   l.Unlock();
   timer_.join();
+}
+
+uint64_t ShapedIo::NowNs() const {
+  if (now_ns_) return now_ns_();
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+void ShapedIo::ClockMoved() {
+  MutexLock l(mu_);
+  cv_.NotifyAll();
+  const uint64_t now = NowNs();
+  while (!due_.empty() && due_.top().at_ns <= now) {
+    Due d = PopDue();
+    l.Unlock();
+    d.done(std::move(d.st));
+    l.Lock();
+    DoneReturned();
+  }
+  while (calling_ > 0) idle_cv_.Wait(l);  // the timer's, popped before
+}
+
+ShapedIo::Due ShapedIo::PopDue() {
+  Due d = std::move(const_cast<Due&>(due_.top()));
+  due_.pop();
+  ++calling_;
+  return d;
+}
+
+void ShapedIo::DoneReturned() {
+  --calling_;
+  --outstanding_;
+  idle_cv_.NotifyAll();
 }
 
 void ShapedIo::Finish(std::function<void(Status)>& done, Status st) {
@@ -120,12 +145,11 @@ void ShapedIo::TimerLoop() {
       cv_.WaitFor(l, std::chrono::nanoseconds(at - now));
       continue;
     }
-    Due d = std::move(const_cast<Due&>(due_.top()));
-    due_.pop();
+    Due d = PopDue();
     l.Unlock();
     d.done(std::move(d.st));
     l.Lock();
-    if (--outstanding_ == 0) idle_cv_.NotifyAll();
+    DoneReturned();
   }
 }
 

@@ -53,7 +53,10 @@ Result<std::vector<DeviceShape>> ParseDeviceShapes(const std::string& spec, uint
 class ShapedIo : public BlockIo {
  public:
   // `shapes[d]` for device d; devices past its end get DeviceShape{}.
-  ShapedIo(BlockIo& inner, std::vector<DeviceShape> shapes);
+  // `now_ns`: the clock the model runs on; tests step one of their own (and
+  // call ClockMoved() after each step). By default the steady clock.
+  ShapedIo(BlockIo& inner, std::vector<DeviceShape> shapes,
+           std::function<uint64_t()> now_ns = {});
   ~ShapedIo() override;
   ShapedIo(const ShapedIo&) = delete;
   ShapedIo& operator=(const ShapedIo&) = delete;
@@ -62,6 +65,9 @@ class ShapedIo : public BlockIo {
   uint32_t device_count() const override { return inner_.device_count(); }
 
   const DeviceShape& shape(uint32_t device) const { return shapes_[device]; }
+  // Test clock: its time moved on. Returns once every request due by now
+  // has completed (its `done` returned), on this thread or the timer's.
+  void ClockMoved();
 
  private:
   struct Due {
@@ -71,16 +77,23 @@ class ShapedIo : public BlockIo {
     bool operator>(const Due& o) const { return at_ns > o.at_ns; }
   };
   void TimerLoop();
+  uint64_t NowNs() const;
   void Finish(std::function<void(Status)>& done, Status st);
+  // The earliest due request, taken out to run its `done` unlocked; then
+  // DoneReturned(). REQUIRES: mu_ held, due_ not empty.
+  Due PopDue() REQUIRES(mu_);
+  void DoneReturned() REQUIRES(mu_);
 
   BlockIo& inner_;
   std::vector<DeviceShape> shapes_;  // one per device
+  const std::function<uint64_t()> now_ns_;
 
   Mutex mu_;
   CondVar cv_;
   std::vector<uint64_t> pipe_free_ns_ GUARDED_BY(mu_);  // per device
   std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_ GUARDED_BY(mu_);
   uint64_t outstanding_ GUARDED_BY(mu_) = 0;  // `done`s not yet returned
+  uint64_t calling_ GUARDED_BY(mu_) = 0;      // `done`s popped from due_, running
   bool stop_ GUARDED_BY(mu_) = false;
   CondVar idle_cv_;
 

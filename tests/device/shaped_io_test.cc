@@ -2,11 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
-#include <thread>
+#include <functional>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/format.h"
@@ -22,10 +27,6 @@ using testing::MakeImage;
 using testing::TempDir;
 
 constexpr uint64_t kMiB = 1 << 20;
-
-double Seconds(std::chrono::steady_clock::time_point a) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-}
 
 TEST(ParseDeviceShapesTest, DefaultsRulesAndOverrides) {
   auto d = ParseDeviceShapes("", 2);
@@ -62,28 +63,6 @@ class ShapedIoTest : public ::testing::Test {
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     engine_ = std::move(engine).value();
   }
-  // Reads `count` x `len` bytes from `device` at once; seconds until all done.
-  double ReadBurst(BlockIo& io, uint32_t device, int count, size_t len) {
-    std::vector<AlignedBuf> bufs;
-    std::vector<IoRequest> reqs;
-    std::vector<std::promise<Status>> done(count);
-    for (int i = 0; i < count; ++i) {
-      bufs.push_back(Aligned(len));
-      IoRequest r;
-      r.op = IoOp::kRead;
-      r.device = device;
-      r.byte_off = 4 * kMiB + i * len;
-      r.buf = bufs.back().get();
-      r.len = len;
-      r.done = [&done, i](Status st) { done[i].set_value(st); };
-      reqs.push_back(std::move(r));
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    io.Submit(reqs);
-    for (auto& p : done) EXPECT_TRUE(p.get_future().get().ok());
-    return Seconds(t0);
-  }
-
   TempDir dir_;
   std::vector<std::unique_ptr<BlockDevice>> devs_;
   std::unique_ptr<IoEngine> engine_;
@@ -101,23 +80,114 @@ TEST_F(ShapedIoTest, BytesPassThroughUnchanged) {
   EXPECT_FALSE(io.ReadSync(1, 1ull << 40, r.get(), kBlockSize).ok());
 }
 
-TEST_F(ShapedIoTest, BandwidthCeilingAndLatencyPerDevice) {
-  // Device 0: 100 MB/s, so 16 MiB take >= 0.168 s; device 1: 1000 us latency.
-  ShapedIo io(*engine_, {DeviceShape{0, 100'000'000}, DeviceShape{1'000'000, 10'000'000'000}});
-  double slow = ReadBurst(io, 0, 16, kMiB);
-  EXPECT_GE(slow, 0.165);
-  EXPECT_LT(slow, 2.0);
-  // Latency overlaps across commands in flight: 32 x 4 KiB take about one
-  // latency, not 32.
-  double lat = ReadBurst(io, 1, 32, kBlockSize);
-  EXPECT_GE(lat, 0.00095);
-  EXPECT_LT(lat, 0.016);
-  // The slow device does not hold up the other one.
-  auto bg = std::async(std::launch::async, [&] { return ReadBurst(io, 0, 32, kMiB); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  double other = ReadBurst(io, 1, 8, 64 << 10);
-  EXPECT_LT(other, 0.1);
-  EXPECT_GE(bg.get(), 0.33);
+// The model on a clock the test steps: commands complete exactly when the
+// modelled drive would have finished them, whatever the machine's load.
+// The real engine sits below a counter of its completions, so "not done
+// yet" is checked once the engine has finished every read.
+class ShapedClockTest : public ShapedIoTest {
+ protected:
+  class CountingIo : public BlockIo {
+   public:
+    explicit CountingIo(BlockIo& inner) : inner_(inner) {}
+    void Submit(std::span<IoRequest> reqs) override {
+      for (IoRequest& r : reqs) {
+        r.done = [this, done = std::move(r.done)](Status st) mutable {
+          done(std::move(st));  // ShapedIo completes it, or holds it till due
+          completed.fetch_add(1);
+        };
+      }
+      inner_.Submit(reqs);
+    }
+    uint32_t device_count() const override { return inner_.device_count(); }
+    std::atomic<int> completed{0};
+
+   private:
+    BlockIo& inner_;
+  };
+
+  // Submits `count` x `len` byte reads of `device`; *done counts completions.
+  void Submit(ShapedIo& io, uint32_t device, int count, size_t len) {
+    std::vector<IoRequest> reqs;
+    for (int i = 0; i < count; ++i) {
+      bufs_.push_back(Aligned(len));
+      IoRequest r;
+      r.op = IoOp::kRead;
+      r.device = device;
+      r.byte_off = 4 * kMiB + i * len;
+      r.buf = bufs_.back().get();
+      r.len = len;
+      r.done = [this, device](Status st) {
+        EXPECT_TRUE(st.ok()) << st.ToString();
+        std::lock_guard<std::mutex> l(mu_);
+        ++done_[device];
+        cv_.notify_all();
+      };
+      reqs.push_back(std::move(r));
+    }
+    io.Submit(reqs);
+  }
+  // Moves the clock to start + `us` once the engine finished every read;
+  // returns how many reads of `device` are done then.
+  int DoneAt(ShapedIo& io, uint64_t us, uint32_t device) {
+    while (Io().completed.load() < static_cast<int>(bufs_.size())) {
+      std::this_thread::yield();  // the engine's reads, not the model's
+    }
+    now_ns_ = kStart + us * 1000;
+    io.ClockMoved();
+    std::lock_guard<std::mutex> l(mu_);
+    return done_[device];
+  }
+  // After the test: whatever is still held completes.
+  void Drain(ShapedIo& io, int total) {
+    now_ns_ = kStart + 3'600'000'000'000ull;
+    io.ClockMoved();
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return done_[0] + done_[1] == total; });
+  }
+
+  static constexpr uint64_t kStart = 1'000'000'000;
+  std::atomic<uint64_t> now_ns_{kStart};
+  std::function<uint64_t()> clock_ = [this] { return now_ns_.load(); };
+  // The engine under the counter (made once SetUp made the engine).
+  CountingIo& Io() {
+    if (!counting_) counting_ = std::make_unique<CountingIo>(*engine_);
+    return *counting_;
+  }
+  std::unique_ptr<CountingIo> counting_;
+  std::vector<AlignedBuf> bufs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int done_[2] = {0, 0};
+};
+
+TEST_F(ShapedClockTest, BandwidthCeilingPerDevice) {
+  // 100 MB/s, no latency: 1 MiB takes 10,485.76 us, so the 16th of 16
+  // commands completes at 167,772 us and no earlier.
+  ShapedIo io(Io(), {DeviceShape{0, 100'000'000}}, clock_);
+  Submit(io, 0, 16, kMiB);
+  EXPECT_EQ(DoneAt(io, 10'485, 0), 0);
+  EXPECT_EQ(DoneAt(io, 10'486, 0), 1);
+  EXPECT_EQ(DoneAt(io, 167'771, 0), 15);
+  EXPECT_EQ(DoneAt(io, 167'773, 0), 16);
+}
+
+TEST_F(ShapedClockTest, LatencyOverlapsAcrossCommandsInFlight) {
+  // 1000 us latency, 10 GB/s: 32 x 4 KiB take one latency (plus 13 us of
+  // transfer), not 32.
+  ShapedIo io(Io(), {DeviceShape{}, DeviceShape{1'000'000, 10'000'000'000}}, clock_);
+  Submit(io, 1, 32, kBlockSize);
+  EXPECT_EQ(DoneAt(io, 1'000, 1), 0);
+  EXPECT_EQ(DoneAt(io, 1'014, 1), 32);
+}
+
+TEST_F(ShapedClockTest, ASlowDeviceDoesNotHoldUpAnother) {
+  ShapedIo io(Io(), {DeviceShape{0, 100'000'000}, DeviceShape{1'000'000, 10'000'000'000}},
+              clock_);
+  Submit(io, 0, 32, kMiB);        // 335 ms of transfers queued on device 0
+  Submit(io, 1, 8, 64 << 10);     // 1 ms and 52 us on device 1
+  EXPECT_EQ(DoneAt(io, 1'053, 1), 8);
+  EXPECT_EQ(DoneAt(io, 1'053, 0), 0);
+  Drain(io, 40);
 }
 
 }  // namespace
