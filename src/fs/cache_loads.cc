@@ -171,7 +171,7 @@ std::shared_ptr<FileMemory> FileSystem::Impl::StartMemoryLoad(
   for (const auto& [ci, cs] : i->chunks) {
     for (const auto& fe : cs.extents) end = std::max(end, fe.file_off + fe.ext.len);
   }
-  Result<std::shared_ptr<FileMemory>> made = ram_->memory()->Make(*v, AlignUp(end, kBlockSize));
+  Result<std::shared_ptr<FileMemory>> made = ram_->memory()->Make(*v, AlignUp(end, kBlockSize), prefetch);
   if (!made.ok()) return nullptr;
   std::shared_ptr<FileMemory> m = std::move(*made);
   if (!ram_->memory()->Insert(i->token, m, prefetch)) return nullptr;

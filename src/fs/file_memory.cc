@@ -78,18 +78,10 @@ int FileMemory::export_id() const {
 
 // ------------------------------------------------------------ the cache
 
-namespace {
-
-// The part of the budget left to memory kept for the next loads: enough
-// for the loads between two evictions of many loops at once.
-uint64_t PoolReserve(uint64_t budget) { return budget / 8; }
-
-}  // namespace
-
 FileMemoryCache::FileMemoryCache(uint64_t budget_bytes)
     : budget_(budget_bytes),
-      reserve_(PoolReserve(budget_bytes)),
-      pool_(std::make_shared<MemoryPool>(reserve_)) {
+      // Made ahead: enough for the loads of a burst of many loops at once.
+      pool_(std::make_shared<MemoryPool>(budget_bytes / 8)) {
   MutexLock l(mu_);
   LimitPoolLocked();
 }
@@ -102,8 +94,22 @@ void FileMemoryCache::LimitPoolLocked() {
 }
 
 Result<std::shared_ptr<FileMemory>> FileMemoryCache::Make(MemoryVersion version,
-                                                         uint64_t map_bytes) {
+                                                         uint64_t map_bytes, bool prefetch) {
   std::unique_ptr<MemoryBlock> b = pool_->Take(map_bytes);
+  if (!b) {
+    // A full cache: the entries Insert would evict for this one go now, so
+    // that the memory of one of them (of this size, reached by no client)
+    // is this load's instead of being freed.
+    std::vector<std::shared_ptr<FileMemory>> gone;
+    {
+      MutexLock l(mu_);
+      EvictLocked(map_bytes, prefetch, &gone);
+    }
+    if (!gone.empty()) {
+      gone.clear();  // their blocks go to the pool, where no one else holds them
+      b = pool_->Take(map_bytes);
+    }
+  }
   const bool zeroed = !b;
   if (zeroed) {
     KVFS_ASSIGN_OR_RETURN(b, MemoryBlock::Make(map_bytes));
@@ -117,6 +123,27 @@ std::shared_ptr<FileMemory> FileMemoryCache::Get(uint64_t owner) {
   if (it == slots_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second.lru);
   return it->second.memory;
+}
+
+void FileMemoryCache::EvictLocked(uint64_t need, bool prefetch,
+                                  std::vector<std::shared_ptr<FileMemory>>* gone) {
+  // Oldest first; entries that opens use or that are still loading stay.
+  auto it = lru_.end();
+  while (bytes_ + need > budget_ && it != lru_.begin()) {
+    --it;
+    auto s = slots_.find(*it);
+    const FileMemory& v = *s->second.memory;
+    if (v.opens.load() > 0 || v.pending.load() > 0 || v.state() == FileMemory::State::kLoading) {
+      continue;
+    }
+    // A speculative load is not pushed out by another speculative load
+    // before it was used (the loop would undo its own prefetch).
+    if (prefetch && v.unused_prefetch.load()) continue;
+    auto next = std::next(it);
+    EraseLocked(s, gone);
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    it = next;
+  }
 }
 
 bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& m,
@@ -136,26 +163,8 @@ bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& 
       }
       EraseLocked(same, &gone);
     }
-    // Oldest first; entries that opens use or that are still loading stay.
-    auto it = lru_.end();
-    const uint64_t room = budget_ - reserve_;
-    while (bytes_ + m->bytes() > room && it != lru_.begin()) {
-      --it;
-      auto s = slots_.find(*it);
-      const FileMemory& v = *s->second.memory;
-      if (v.opens.load() > 0 || v.pending.load() > 0 ||
-          v.state() == FileMemory::State::kLoading) {
-        continue;
-      }
-      // A speculative load is not pushed out by another speculative load
-      // before it was used (the loop would undo its own prefetch).
-      if (prefetch && v.unused_prefetch.load()) continue;
-      auto next = std::next(it);
-      EraseLocked(s, &gone);
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      it = next;
-    }
-    if (bytes_ + m->bytes() <= room) {
+    EvictLocked(m->bytes(), prefetch, &gone);
+    if (bytes_ + m->bytes() <= budget_) {
       lru_.push_front(owner);
       slots_.emplace(owner, Slot{m, lru_.begin()});
       bytes_ += m->bytes();

@@ -143,14 +143,17 @@ struct FileMemoryCounters {
 
 class FileMemoryCache {
  public:
-  // Entries take at most `budget_bytes` less a reserve that the memory of
-  // evicted entries fills, kept for the next loads (MemoryPool); the two
-  // together stay within `budget_bytes`.
+  // Entries and the memory kept for the next loads (MemoryPool) stay
+  // within `budget_bytes` together; entries come first (kept memory is
+  // freed to make room for them).
   explicit FileMemoryCache(uint64_t budget_bytes);
 
   // Memory for `version`, `map_bytes` long (a multiple of 4 KiB): a kept
-  // block of that size, else a new one. Errors: ENOMEM, ENOSPC, EMFILE...
-  Result<std::shared_ptr<FileMemory>> Make(MemoryVersion version, uint64_t map_bytes);
+  // block of that size; at a full budget, the memory of the entries evicted
+  // for it (as Insert with `prefetch` would), if one has that size; else a
+  // new one. Errors: ENOMEM, ENOSPC, EMFILE...
+  Result<std::shared_ptr<FileMemory>> Make(MemoryVersion version, uint64_t map_bytes,
+                                           bool prefetch);
   // The entry of `owner`, bumped in the LRU order; null if none.
   std::shared_ptr<FileMemory> Get(uint64_t owner);
   // Makes `m` the entry of `owner` (replacing an older one), evicting the
@@ -193,9 +196,12 @@ class FileMemoryCache {
 
   // Sets the pool's limit to what the entries leave of the budget.
   void LimitPoolLocked() REQUIRES(mu_);
+  // Evicts the least recently used entries no open uses until `need` more
+  // bytes fit (as Insert with `prefetch`), into `gone`.
+  void EvictLocked(uint64_t need, bool prefetch, std::vector<std::shared_ptr<FileMemory>>* gone)
+      REQUIRES(mu_);
 
   const uint64_t budget_;
-  const uint64_t reserve_;  // of the budget, left to the pool
   const std::shared_ptr<MemoryPool> pool_;
   mutable Mutex mu_;
   std::unordered_map<uint64_t, Slot> slots_ GUARDED_BY(mu_);
