@@ -154,6 +154,9 @@ class FileMemoryCache {
   // new one. Errors: ENOMEM, ENOSPC, EMFILE...
   Result<std::shared_ptr<FileMemory>> Make(MemoryVersion version, uint64_t map_bytes,
                                            bool prefetch);
+  // Loads of files of `map_bytes` are coming: memory of that size is made
+  // ahead of them (MemoryPool::Expect).
+  void ExpectLoad(uint64_t map_bytes) { pool_->Expect(map_bytes); }
   // The entry of `owner`, bumped in the LRU order; null if none.
   std::shared_ptr<FileMemory> Get(uint64_t owner);
   // Makes `m` the entry of `owner` (replacing an older one), evicting the

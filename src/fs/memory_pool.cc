@@ -120,7 +120,7 @@ bool MemoryBlock::ReachedByOthers() const {
 
 namespace {
 
-// Sizes of missed loads remembered to make ahead: KV chunks come in one
+// Sizes of missed loads and of stored files remembered to make ahead: KV chunks come in one
 // or a few sizes per cache.
 constexpr size_t kWantedSizes = 4;
 
@@ -150,15 +150,27 @@ std::unique_ptr<MemoryBlock> MemoryPool::Take(uint64_t map_bytes) {
       bytes_.fetch_sub(map_bytes, std::memory_order_relaxed);
     }
     // The loads after this one want this size too: keep it made ahead.
-    auto w = std::find(wanted_.begin(), wanted_.end(), map_bytes);
-    if (w != wanted_.end()) wanted_.erase(w);
-    if (wanted_.size() == kWantedSizes) wanted_.erase(wanted_.begin());
-    wanted_.push_back(map_bytes);
+    WantLocked(map_bytes);
   }
   wake_.NotifyOne();
   if (!b || !b->Remake().ok()) return nullptr;  // a failed one is freed here
   reused_.fetch_add(1, std::memory_order_relaxed);
   return b;
+}
+
+void MemoryPool::Expect(uint64_t map_bytes) {
+  {
+    MutexLock l(mu_);
+    WantLocked(map_bytes);
+  }
+  wake_.NotifyOne();
+}
+
+void MemoryPool::WantLocked(uint64_t map_bytes) {
+  auto w = std::find(wanted_.begin(), wanted_.end(), map_bytes);
+  if (w != wanted_.end()) wanted_.erase(w);
+  if (wanted_.size() == kWantedSizes) wanted_.erase(wanted_.begin());
+  wanted_.push_back(map_bytes);
 }
 
 void MemoryPool::Give(std::unique_ptr<MemoryBlock> b) {

@@ -7,8 +7,8 @@
 // whose freed pages go back to the host, ~2.5 CPU s per GiB), no mapping,
 // no kernel registration. Blocks come back when a file's memory is let go
 // (eviction, a cache drop, a newer version), and a thread of the pool
-// makes blocks of the sizes loads asked for and missed, ahead of them, at
-// low priority.
+// makes blocks of the sizes loads asked for and missed, and of the files
+// stored lately (the loads to come), ahead of them, at low priority.
 //
 // A block a client can still reach (ReachedByOthers: a client's open of
 // the file it was served as, or a client's mapping, which keeps such an
@@ -67,6 +67,9 @@ class MemoryPool {
   // A kept block of exactly `map_bytes`, its pages made again; null if
   // none (then blocks of that size are made ahead for the next loads).
   std::unique_ptr<MemoryBlock> Take(uint64_t map_bytes);
+  // Loads of `map_bytes` are coming (a file of that size was stored):
+  // blocks of that size are made ahead for them, as after a missed Take.
+  void Expect(uint64_t map_bytes);
   // Keeps `b` for reuse, or frees it (reached by others, or no room).
   void Give(std::unique_ptr<MemoryBlock> b);
   // Bytes the kept blocks may take. Returns the kept ones beyond it, for
@@ -82,13 +85,16 @@ class MemoryPool {
   // The size the thread should make a block of next; 0 if none.
   uint64_t NextToMakeLocked() REQUIRES(mu_);
   void KeepLocked(std::unique_ptr<MemoryBlock> b) REQUIRES(mu_);
+  // Makes `map_bytes` the newest wanted size.
+  void WantLocked(uint64_t map_bytes) REQUIRES(mu_);
 
   const uint64_t ahead_bytes_;
   mutable Mutex mu_;
   CondVar wake_;
   std::unordered_map<uint64_t, std::vector<std::unique_ptr<MemoryBlock>>> kept_ GUARDED_BY(mu_);
   uint64_t limit_ GUARDED_BY(mu_) = 0;
-  // The sizes loads missed lately (newest last, a few), to make ahead.
+  // The sizes loads missed and files were stored at lately (newest last, a
+  // few), to make ahead.
   std::vector<uint64_t> wanted_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> bytes_{0};
