@@ -1,7 +1,7 @@
 #include "device/io_engine.h"
 
 #include <sys/mman.h>
-#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -9,11 +9,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <mutex>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -664,23 +667,58 @@ TEST_F(IoEngineTest, TwoDevicesAreAddressedByIndex) {
   EXPECT_TRUE((*engine)->FlushSync(1).ok());
 }
 
-// Process CPU time (user + system) in seconds.
-double CpuSeconds() {
-  rusage ru{};
-  ::getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
-         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+// The engine's completion threads (named kvfs-io-N): their ids.
+std::vector<std::string> CompletionThreads() {
+  std::vector<std::string> tids;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind("kvfs-io-", 0) == 0) tids.push_back(e.path().filename().string());
+  }
+  return tids;
 }
 
+std::string ReadProc(const std::string& tid, const char* file) {
+  std::ifstream in("/proc/self/task/" + tid + "/" + file);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Whether thread `tid` is asleep in io_uring_enter: /proc's syscall file
+// names the call a blocked thread is in ("running" for one that is not).
+bool AsleepInEnter(const std::string& tid) {
+  return ReadProc(tid, "syscall").rfind(std::to_string(SYS_io_uring_enter) + " ", 0) == 0;
+}
+
+std::string VoluntarySwitches(const std::string& tid) {
+  const std::string status = ReadProc(tid, "status");
+  const size_t at = status.find("voluntary_ctxt_switches");
+  return at == std::string::npos ? "" : status.substr(at, status.find('\n', at) - at);
+}
+
+// An idle completion thread blocks in io_uring_enter until a CQE arrives:
+// one that polled would burn a core. Gated on the thread's state, not on
+// the CPU a time window shows: each thread is found asleep in the call
+// (waiting for it, boundedly), then stays there without waking across
+// many looks.
 TEST_F(IoEngineTest, CompletionThreadsSleepWhenIdle) {
   ASSERT_NO_FATAL_FAILURE(Open(4 * kMiB));
   auto b = Aligned(4096);
   ASSERT_TRUE(engine_->ReadSync(0, 0, b.get(), 4096).ok());
-  // A completion thread that polled instead of blocking in io_uring_enter
-  // would burn a core here.
-  double before = CpuSeconds();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_LT(CpuSeconds() - before, 0.05);
+  const std::vector<std::string> tids = CompletionThreads();
+  ASSERT_FALSE(tids.empty());
+  for (const std::string& tid : tids) {
+    for (int i = 0; i < 10000 && !AsleepInEnter(tid); i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(AsleepInEnter(tid)) << "kvfs-io thread " << tid << ": " << ReadProc(tid, "syscall");
+    const std::string switches = VoluntarySwitches(tid);
+    for (int i = 0; i < 50; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ASSERT_TRUE(AsleepInEnter(tid)) << tid;
+    }
+    EXPECT_EQ(VoluntarySwitches(tid), switches) << "kvfs-io thread " << tid << " woke while idle";
+  }
 }
 
 TEST(IoEngineCreate, RejectsBadOptions) {
