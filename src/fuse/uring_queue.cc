@@ -224,13 +224,15 @@ void UringQueue::Serve() {
         // io_uring_enter per request of a serial caller instead of two.
         int rc;
         if (dirty_) {
+          // A failure submitted nothing (a partial wait returns the count
+          // submitted): the commands go with the next submission.
           rc = io_uring_submit_and_wait(&ring_, 1);
-          dirty_ = false;
+          if (rc >= 0) dirty_ = false;
         } else {
           io_uring_cqe* cqe = nullptr;
           rc = io_uring_wait_cqe(&ring_, &cqe);
         }
-        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIME) {
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
           spdlog::error("FUSE io_uring queue {}: waiting: {}", qid_, std::strerror(-rc));
           sleeping_.store(false);
           break;
