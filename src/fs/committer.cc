@@ -1,5 +1,6 @@
 #include "fs/committer.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -87,6 +88,7 @@ void Committer::WaitStalled() {
 Status Committer::failure() const { return failed_.Get(); }
 
 void Committer::Run() {
+  pthread_setname_np(pthread_self(), "kvfs-commit");
   for (;;) {
     std::vector<std::shared_ptr<Change>> group;
     {

@@ -1,5 +1,7 @@
 #include "fs/prefetcher.h"
 
+#include <pthread.h>
+
 namespace kvfs::fs {
 
 Prefetcher::Prefetcher(WorkFn work) : work_(std::move(work)) {
@@ -57,6 +59,7 @@ void Prefetcher::WaitIdle() {
 }
 
 void Prefetcher::Loop() {
+  pthread_setname_np(pthread_self(), "kvfs-prefetch");
   std::vector<InodeRef> batch;
   std::vector<uint64_t> inos;
   bool gather_first = false;  // the last pass took only what woke the thread

@@ -363,6 +363,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     front.write_yields = s.read_priority.waits();
     front.write_yield_ns = s.read_priority.waited_ns();
     front.requests = RequestCounts();
+    front.request_times = RequestTimings();
     file->content = n->kind == Kind::kStats ? StatsToJson(stats, front)
                                             : StatsToPrometheus(stats, front);
   });

@@ -1,5 +1,7 @@
 #include "fuse/op_counters.h"
 
+#include <time.h>
+
 #include <string_view>
 
 namespace kvfs::fuse {
@@ -9,6 +11,14 @@ std::atomic<uint64_t> g_counts[kSlots];
 }  // namespace op_counters_internal
 
 namespace {
+
+// By opcode slot, as g_counts.
+Histogram g_handled[op_counters_internal::kSlots];
+Histogram g_handoff[op_counters_internal::kSlots];
+
+uint32_t SlotOf(uint32_t opcode) {
+  return opcode < op_counters_internal::kSlots - 1 ? opcode : op_counters_internal::kSlots - 1;
+}
 
 using op_counters_internal::kSlots;
 
@@ -34,6 +44,26 @@ static_assert(FUSE_TMPFILE == 51 && FUSE_RENAME2 == 45 && FUSE_READ == 15);
 const char* RequestName(uint32_t opcode) {
   constexpr uint32_t n = sizeof(kNames) / sizeof(kNames[0]);
   return opcode < n && kNames[opcode] != nullptr ? kNames[opcode] : "other";
+}
+
+uint64_t RequestClockNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void TimeHandled(uint32_t opcode, uint64_t ns) { g_handled[SlotOf(opcode)].Record(ns); }
+void TimeHandoff(uint32_t opcode, uint64_t ns) { g_handoff[SlotOf(opcode)].Record(ns); }
+
+std::vector<RequestTimes> RequestTimings() {
+  std::vector<RequestTimes> out;
+  for (uint32_t op = 0; op < kSlots; ++op) {
+    HistogramSnapshot handled = g_handled[op].Snapshot();
+    HistogramSnapshot handoff = g_handoff[op].Snapshot();
+    if (handled.count() == 0 && handoff.count() == 0) continue;
+    out.push_back({RequestName(op), std::move(handled), std::move(handoff)});
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, uint64_t>> RequestCounts() {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/fuse.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
@@ -181,19 +182,21 @@ void RequestLoop::Fail(int error) {
   Stop();
 }
 
-bool RequestLoop::Offload(const fuse_buf& buf, Done done, void* ctx) {
+bool RequestLoop::Offload(const fuse_buf& buf, uint64_t received_ns, Done done, void* ctx) {
   MutexLock l(mu_);
   if (stopping_ || !HaveWorker()) return false;
   Queued q;
   q.buf = buf;
   q.done = done;
   q.ctx = ctx;
+  q.received_ns = received_ns;
   queue_.push_back(q);
   if (idle_workers_ > 0) work_cv_.NotifyOne();
   return true;
 }
 
 void RequestLoop::Receive() {
+  pthread_setname_np(pthread_self(), "kvfs-recv");
   t_on_receiver = true;
   fuse_buf buf{};
   auto spin_until = std::chrono::steady_clock::now();
@@ -218,7 +221,10 @@ void RequestLoop::Receive() {
       }
       break;
     }
+    const uint64_t received_ns = RequestClockNs();
+    uint32_t opcode = 0;
     if (buf.size >= sizeof(fuse_in_header)) {
+      opcode = static_cast<const fuse_in_header*>(buf.mem)->opcode;
       CountRequest(*static_cast<const fuse_in_header*>(buf.mem));
     }
     TmpfileAsCreate(buf);  // libfuse 3.14 has no FUSE_TMPFILE (fuse/tmpfile.h)
@@ -234,8 +240,9 @@ void RequestLoop::Receive() {
         spdlog::error("the kernel's FUSE INIT was refused");
         break;
       }
+      TimeHandled(opcode, RequestClockNs() - received_ns);
     } else {
-      Dispatch(buf);
+      Dispatch(buf, received_ns);
     }
     spin_until = std::chrono::steady_clock::now() + spin_;
   }
@@ -244,11 +251,14 @@ void RequestLoop::Receive() {
   Stop();
 }
 
-void RequestLoop::Dispatch(fuse_buf& buf) {
+void RequestLoop::Dispatch(fuse_buf& buf, uint64_t received_ns) {
   // No thread, no memory for a copy, or enough large writes queued already
   // (which bounds the daemon's memory; a write never needs another request
   // of this mount to finish): it runs here.
-  if (!Enqueue(buf)) fuse_session_process_buf(se_, &buf);
+  if (Enqueue(buf, received_ns)) return;
+  const uint32_t opcode = static_cast<const fuse_in_header*>(buf.mem)->opcode;
+  fuse_session_process_buf(se_, &buf);
+  TimeHandled(opcode, RequestClockNs() - received_ns);
 }
 
 bool RequestLoop::HaveWorker() {
@@ -266,7 +276,7 @@ bool RequestLoop::HaveWorker() {
   return true;
 }
 
-bool RequestLoop::Enqueue(fuse_buf& buf) {
+bool RequestLoop::Enqueue(fuse_buf& buf, uint64_t received_ns) {
   MutexLock l(mu_);
   const bool large = buf.size > kSmallRequest;
   if (large && queued_large_ >= kMaxQueuedLarge) return false;
@@ -289,6 +299,7 @@ bool RequestLoop::Enqueue(fuse_buf& buf) {
     std::memcpy(q.buf.mem, buf.mem, buf.size);
     q.buf.size = buf.size;
   }
+  q.received_ns = received_ns;
   queue_.push_back(q);
   if (idle_workers_ > 0) work_cv_.NotifyOne();
   return true;
@@ -310,6 +321,7 @@ void RequestLoop::Recycle(Queued& q) {
 }
 
 void RequestLoop::Work() {
+  pthread_setname_np(pthread_self(), "kvfs-worker");
   MutexLock l(mu_);
   for (;;) {
     if (queue_.empty()) {
@@ -325,7 +337,11 @@ void RequestLoop::Work() {
     queue_.pop_front();
     if (q.large) --queued_large_;
     l.Unlock();
+    // Dispatched requests are at least a header long (RunsInReceiver).
+    const uint32_t opcode = static_cast<const fuse_in_header*>(q.buf.mem)->opcode;
+    TimeHandoff(opcode, RequestClockNs() - q.received_ns);
     fuse_session_process_buf(se_, &q.buf);
+    TimeHandled(opcode, RequestClockNs() - q.received_ns);
     Recycle(q);
     l.Lock();
   }

@@ -74,12 +74,13 @@ class RequestLoop {
   // thread: the io_uring queues ask it too.
   bool RunsInReceiver(const fuse_buf& buf, bool backlog) const;
   // Hands `buf` to a worker, which runs it in place (no copy) and then
-  // calls done(ctx); `buf` must stay valid until then. False if no worker
-  // can take it (the loop is ending, no thread): the caller runs it. Any
-  // thread (an io_uring queue, whose entry holds the request until its
-  // reply).
+  // calls done(ctx); `buf` must stay valid until then. `received_ns`: when
+  // the request was taken from the kernel (RequestClockNs, for its times).
+  // False if no worker can take it (the loop is ending, no thread): the
+  // caller runs it. Any thread (an io_uring queue, whose entry holds the
+  // request until its reply).
   using Done = void (*)(void* ctx);
-  bool Offload(const fuse_buf& buf, Done done, void* ctx);
+  bool Offload(const fuse_buf& buf, uint64_t received_ns, Done done, void* ctx);
   // Ends Run() with `error` (a transport that cannot serve). Any thread.
   void Fail(int error);
 
@@ -91,13 +92,14 @@ class RequestLoop {
     bool large = false;  // a receive buffer (else a copy of a small request)
     Done done = nullptr;  // set: `buf` is the offloader's, handed back here
     void* ctx = nullptr;
+    uint64_t received_ns = 0;  // RequestClockNs when taken from the kernel
   };
   // Runs a request on a worker, or here if it cannot be queued.
-  void Dispatch(fuse_buf& buf);
+  void Dispatch(fuse_buf& buf, uint64_t received_ns);
   // Queues a request for a worker, starting one if none is idle; false if
   // it cannot. Small requests are copied; a large one's buffer moves to the
   // queue and `buf` gets another (or none: libfuse allocates one).
-  bool Enqueue(fuse_buf& buf);
+  bool Enqueue(fuse_buf& buf, uint64_t received_ns);
   // Starts a worker if every one is busy; false if there is none at all.
   bool HaveWorker() REQUIRES(mu_);
   void Recycle(Queued& q);

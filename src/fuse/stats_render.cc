@@ -127,6 +127,11 @@ std::string StatsToJson(const fs::StatsSnapshot& s, const FrontEndStats& f) {
                       {"made_ahead", s.file_memory.made_ahead}};
   j["requests"] = nlohmann::json::object();
   for (const auto& [name, n] : f.requests) j["requests"][name] = n;
+  j["request_times"] = nlohmann::json::object();
+  for (const RequestTimes& t : f.request_times) {
+    j["request_times"][t.name] = {{"handled", LatencyJson(t.handled)},
+                                  {"handoff", LatencyJson(t.handoff)}};
+  }
   j["errors"] = nlohmann::json::object();
   for (auto [code, n] : s.errors) j["errors"][ErrnoName(code)] = n;
   return j.dump(2) + "\n";
@@ -266,6 +271,17 @@ std::string StatsToPrometheus(const fs::StatsSnapshot& s, const FrontEndStats& f
        "# TYPE kvfs_fuse_requests_total counter\n";
   for (const auto& [name, n] : f.requests) {
     o << "kvfs_fuse_requests_total{op=\"" << name << "\"} " << n << "\n";
+  }
+  o << "# HELP kvfs_fuse_request_seconds Time of FUSE requests inside the daemon, by opcode: "
+       "handled (taken from the kernel to the handler's return), handoff (to the start on a "
+       "worker).\n# TYPE kvfs_fuse_request_seconds histogram\n";
+  for (const RequestTimes& t : f.request_times) {
+    PromHistogram(o, "kvfs_fuse_request_seconds", "op=\"" + t.name + "\",stage=\"handled\"",
+                  t.handled);
+    if (t.handoff.count() != 0) {
+      PromHistogram(o, "kvfs_fuse_request_seconds", "op=\"" + t.name + "\",stage=\"handoff\"",
+                    t.handoff);
+    }
   }
   o << "# HELP kvfs_errors_total Failed calls by errno.\n# TYPE kvfs_errors_total counter\n";
   for (auto [code, n] : s.errors) o << "kvfs_errors_total{errno=\"" << ErrnoName(code) << "\"} " << n << "\n";

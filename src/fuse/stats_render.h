@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "fs/stats.h"
+#include "fuse/op_counters.h"
 
 namespace kvfs::fuse {
 
@@ -44,6 +45,8 @@ struct FrontEndStats {
   // FUSE requests received, by opcode name, counted once each
   // (fuse/op_counters.h).
   std::vector<std::pair<std::string, uint64_t>> requests;
+  // Their times inside the daemon, by opcode (fuse/op_counters.h).
+  std::vector<RequestTimes> request_times;
 };
 
 // A JSON object (two-space indents, keys sorted, ending in a newline).

@@ -83,6 +83,8 @@ class UringQueue {
   void Run();
   int SetUp();
   void Serve();
+  // Submits the commands prepared since the last submission, if any.
+  void Submit();
   void TakeRequest(UringEntry* e, bool backlog);
   // A worker finished running the request of `entry` (RequestLoop::Done).
   static void Processed(void* entry);

@@ -56,6 +56,8 @@ FrontEndStats Front() {
   f.write_yields = 2;
   f.write_yield_ns = 1'500'000;
   f.requests = {{"LOOKUP", 11}, {"READ", 12}};
+  f.request_times = {{"lookup", Latencies(5'000, 11), HistogramSnapshot()},
+                     {"setattr", Latencies(40'000, 2), Latencies(9'000, 2)}};
   return f;
 }
 
@@ -191,6 +193,20 @@ TEST(StatsRenderTest, PrometheusCarriesEveryLaneAndDeviceCounterOfTheJson) {
   EXPECT_NE(prom.find("kvfs_batch_registrations 3\n"), std::string::npos);
   EXPECT_NE(prom.find("kvfs_fuse_requests_total{op=\"READ\"} 12\n"), std::string::npos);
   EXPECT_NE(prom.find("kvfs_errors_total{errno=\"ENOSPC\"} 2\n"), std::string::npos);
+}
+
+TEST(StatsRenderTest, RequestTimesByOpcodeInBothRenderings) {
+  const std::string prom = StatsToPrometheus(Sample(), Front());
+  auto j = nlohmann::json::parse(StatsToJson(Sample(), Front()));
+  EXPECT_EQ(j["request_times"]["lookup"]["handled"]["count"].get<uint64_t>(), 11u);
+  EXPECT_EQ(j["request_times"]["lookup"]["handoff"]["count"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["request_times"]["setattr"]["handoff"]["count"].get<uint64_t>(), 2u);
+  EXPECT_NE(prom.find("kvfs_fuse_request_seconds_count{op=\"lookup\",stage=\"handled\"} 11\n"),
+            std::string::npos);
+  EXPECT_NE(prom.find("kvfs_fuse_request_seconds_count{op=\"setattr\",stage=\"handoff\"} 2\n"),
+            std::string::npos);
+  // A stage no request went through is left out.
+  EXPECT_EQ(prom.find("op=\"lookup\",stage=\"handoff\""), std::string::npos);
 }
 
 }  // namespace

@@ -134,3 +134,33 @@ def test_requests_show_in_prometheus_metrics(vol):
     lines = [l for l in text.splitlines() if l.startswith("kvfs_fuse_requests_total{")]
     ops = {l.split('"')[1]: int(l.split()[-1]) for l in lines}
     assert ops["create"] >= 1 and ops["write"] >= 1 and ops["init"] == 1
+
+
+def test_each_request_is_timed_once_and_lookups_are_never_handed_off(vol):
+    """.kvfs/stats "request_times": every request handled is timed once, by
+    opcode; lookups (a stat storm) are answered on the thread that received
+    them, while a setattr (it may wait) is handed to a worker."""
+    with open(vol.p("k"), "wb") as f:
+        f.write(b"x" * 100)
+    for i in range(50):
+        with pytest.raises(FileNotFoundError):
+            os.stat(vol.p(f"missing-{i}"))
+    os.truncate(vol.p("k"), 10)
+    fd = os.open(vol.p(".kvfs", "stats"), os.O_RDONLY)
+    try:
+        text = b""
+        while chunk := os.read(fd, 1 << 20):
+            text += chunk
+    finally:
+        os.close(fd)
+    stats = json.loads(text)
+    # The snapshot is taken by the OPEN of the stats file. A handled time is
+    # recorded when the handler returns, just after its reply: the last
+    # request before the OPEN may not be in yet. A hand-off is recorded
+    # before the request runs.
+    times, requests = stats["request_times"], stats["requests"]
+    assert requests["lookup"] - 1 <= times["lookup"]["handled"]["count"] <= requests["lookup"]
+    assert times["lookup"]["handled"]["count"] >= 50
+    assert times["lookup"]["handoff"]["count"] == 0
+    assert times["setattr"]["handoff"]["count"] == requests["setattr"] >= 1
+    assert times["setattr"]["handled"]["count"] <= requests["setattr"]
