@@ -29,12 +29,7 @@ void ReadPriority::ReadDone() {
   }
 }
 
-bool ReadPriority::InTurn(uint64_t now) const {
-  return now < turn_end_ns_.load(std::memory_order_relaxed);
-}
-
 bool ReadPriority::Yields(pid_t writer, uint64_t now) const {
-  if (InTurn(now)) return false;
   const uint64_t last = last_read_ns_.load(std::memory_order_relaxed);
   if (last == 0 || last_reader_.load(std::memory_order_relaxed) == writer) return false;
   if (reads_inflight_.load() > 0) return true;
@@ -56,8 +51,7 @@ void ReadPriority::Sleep(std::chrono::nanoseconds d) {
     reads_ended_.WaitFor(l, d);
   } else {
     const auto deadline = std::chrono::steady_clock::now() + d;
-    while (reads_inflight_.load() != 0 && !InTurn(options_.now_ns()) &&
-           reads_ended_.WaitUntil(l, deadline)) {
+    while (reads_inflight_.load() != 0 && reads_ended_.WaitUntil(l, deadline)) {
     }
   }
 }
@@ -80,16 +74,6 @@ std::chrono::nanoseconds ReadPriority::BeforeWrite(pid_t writer) {
     }
     Sleep(std::chrono::nanoseconds(until > now ? until - now : 1));
     now = options_.now_ns();
-  }
-  if (now >= deadline && options_.write_turn.count() > 0) {
-    // The reads did not pause for max_wait: the writes' turn. The writes
-    // asleep go too.
-    turn_end_ns_.store(now + std::chrono::nanoseconds(options_.write_turn).count(),
-                       std::memory_order_relaxed);
-    if (!options_.sleep) {
-      MutexLock l(mu_);
-      reads_ended_.NotifyAll();
-    }
   }
   sleepers_.fetch_sub(1);
   if (now == start) return std::chrono::nanoseconds(0);

@@ -8,11 +8,9 @@
 // a 64 x 4 MiB restore under a 4 GiB burst took 2.1-2.5x its idle time with
 // the device idle half of it. So while some caller is reading, a write from
 // another caller waits for the reads to pause, for at most `max_wait` per
-// write request; once a write has waited that long, the writes get a turn
-// (`write_turn`), so that reads which never pause cannot stretch a store of
-// many requests by max_wait each. A caller's own reads never hold up its
-// writes (a copy within the mount, or a loop that loads one key and stores
-// the next, is not slowed).
+// write request. A caller's own reads never hold up its writes (a copy
+// within the mount, or a loop that loads one key and stores the next, is
+// not slowed).
 //
 // Callers are told apart by the id the kernel gives with each request (the
 // thread's; 0 for callers outside the daemon's pid namespace, which then
@@ -40,13 +38,10 @@ class ReadPriority {
     // Reads this far apart (the end of one to the start of the next) still
     // count as one stretch of reading.
     std::chrono::microseconds quiet{2000};
-    // The longest one write request waits.
+    // The longest one write request waits. While reads never pause, each
+    // writing thread still gets one request through per max_wait (1 MiB
+    // per 20 ms: 50 MB/s).
     std::chrono::microseconds max_wait{20000};
-    // After a write waited max_wait, every write goes at once for this
-    // long. While reads never pause, writes wait at most max_wait of each
-    // max_wait + write_turn: a store's wait is bounded by a multiple of
-    // its own time on the device, not by its count of requests.
-    std::chrono::microseconds write_turn{5000};
     // Writes that may be waiting at once; beyond, writes go at once. Each
     // holds a thread the reads may need (0: writes never wait).
     unsigned max_waiting = 16;
@@ -92,13 +87,9 @@ class ReadPriority {
   uint64_t waited_ns() const { return waited_ns_.load(std::memory_order_relaxed); }
 
  private:
-  // The read is recent, by another caller, and the writes have no turn.
-  // `now` in the clock's ns.
+  // The read is recent, by another caller. `now` in the clock's ns.
   bool Yields(pid_t writer, uint64_t now) const;
-  // True while the writes' turn lasts.
-  bool InTurn(uint64_t now) const;
-  // Sleeps `d`, or less if the reads in flight all end or the writes' turn
-  // begins meanwhile.
+  // Sleeps `d`, or less if the reads in flight all end meanwhile.
   void Sleep(std::chrono::nanoseconds d);
 
   const Options options_;
@@ -111,7 +102,6 @@ class ReadPriority {
   // while the last read in flight ends is woken.
   std::atomic<uint32_t> reads_inflight_{0};
   std::atomic<uint32_t> sleepers_{0};  // writes in BeforeWrite
-  std::atomic<uint64_t> turn_end_ns_{0};  // the writes' turn lasts until then
   Mutex mu_;
   CondVar reads_ended_;
   std::atomic<uint64_t> waits_{0};

@@ -31,7 +31,6 @@ class SteppedClock {
     ReadPriority::Options o;
     o.quiet = microseconds(2000);
     o.max_wait = microseconds(20000);
-    o.write_turn = microseconds(5000);
     o.max_waiting = max_waiting;
     o.now_ns = [this] { return now; };
     o.sleep = [this](nanoseconds d) {
@@ -112,7 +111,6 @@ TEST(ReadPriorityTest, OnlyMaxWaitingWritesWaitAtOnce) {
   EXPECT_EQ(rp.BeforeWrite(kWriter), microseconds(20000));
   EXPECT_TRUE(checked);
   EXPECT_EQ(rp.waits(), 1u);
-  clock.Advance(microseconds(5000));        // past the writes' turn
   EXPECT_TRUE(rp.WriteWouldWait(kWriter));  // nobody waits now
 
   ReadPriority off(clock.Options(/*max_waiting=*/0));
@@ -136,44 +134,11 @@ TEST(ReadPriorityTest, ReadsThatNeverPauseHoldAWriteForMaxWaitOnly) {
   clock.on_sleep();
   EXPECT_EQ(rp.BeforeWrite(kWriter), microseconds(20000));
   EXPECT_EQ(rp.waits(), 1u);
-  // A read stuck in flight, after the writes' turn: the same bound.
+  // A read stuck in flight: the same bound.
   rp.ReadStarted(kReader);
   clock.on_sleep = nullptr;
-  clock.Advance(microseconds(5000));
   EXPECT_EQ(rp.BeforeWrite(kWriter), microseconds(20000));
   EXPECT_EQ(rp.waits(), 2u);
-}
-
-TEST(ReadPriorityTest, AWriteThatWaitedMaxWaitGivesTheWritesATurn) {
-  SteppedClock clock;
-  ReadPriority rp(clock.Options());
-  rp.ReadStarted(kReader);  // stuck in flight throughout
-  EXPECT_EQ(rp.BeforeWrite(kWriter), microseconds(20000));
-  // For write_turn, every caller's writes go at once, though the read is
-  // still in flight.
-  EXPECT_FALSE(rp.WriteWouldWait(kWriter + 1));
-  EXPECT_EQ(rp.BeforeWrite(kWriter + 1), nanoseconds(0));
-  clock.Advance(microseconds(4999));
-  EXPECT_EQ(rp.BeforeWrite(kWriter), nanoseconds(0));
-  clock.Advance(microseconds(1));
-  EXPECT_TRUE(rp.WriteWouldWait(kWriter));
-  EXPECT_EQ(rp.BeforeWrite(kWriter), microseconds(20000));
-}
-
-TEST(ReadPriorityTest, AStoreOfManyWritesWaitsAShareOfItsTimeUnderReadsThatNeverPause) {
-  SteppedClock clock;
-  ReadPriority rp(clock.Options());
-  rp.ReadStarted(kReader);  // reads never pause
-  // A store of 20 write requests of 1 ms each on the device: before each,
-  // BeforeWrite. Each 20 ms wait buys a 5 ms turn, 5 requests: 4 waits,
-  // not one per request (400 ms).
-  nanoseconds waited(0);
-  for (int i = 0; i < 20; ++i) {
-    waited += rp.BeforeWrite(kWriter);
-    clock.Advance(microseconds(1000));
-  }
-  EXPECT_EQ(waited, std::chrono::milliseconds(80));
-  EXPECT_EQ(rp.waits(), 4u);
 }
 
 TEST(ReadPriorityTest, ReadingEndsAtEndOrDestructionOnce) {
