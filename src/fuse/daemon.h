@@ -47,9 +47,12 @@ struct MountOptions {
   // before it sleeps, microseconds (0: it sleeps at once).
   unsigned spin_us = 50;
   // How requests travel (fuse/uring_transport.h), and the ring entries of
-  // each CPU's queue when they travel over io_uring.
+  // each CPU's queue when they travel over io_uring. A request past the
+  // entries waits in the kernel: with 16 per CPU, 64 threads loading while
+  // 64 stored, on 2 CPUs, moved 0.7-0.85x what they moved with 64
+  // (docs/performance.md). An entry's buffer is touched only when used.
   Transport transport = Transport::kAuto;
-  unsigned uring_entries = 16;
+  unsigned uring_entries = 64;
   uint32_t max_request = 1 << 20;  // io_uring transport: largest read/write
   // Leave permission checks to the kernel (default_permissions) even where
   // kvfs could make them (fuse/permissions.h); always so before Linux 6.16.

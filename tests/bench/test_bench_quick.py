@@ -359,6 +359,10 @@ def test_wholeseq_and_vllm_report_every_figure_and_verify_every_load(scratch):
             assert s["o_direct"] is True and s["mode"] == "direct" and s["keys"] == 8
         for op in ("store", "store existing", "store during loads"):
             assert one(op=op, **key)["value"] > 0
+        for op in ("store", "store during loads"):
+            # Per stored key: the tail a store waits, beside the throughput.
+            assert one(op=f"{op} p99", unit="ms", **key)["value"] >= one(
+                op=f"{op} p50", **key)["value"] > 0
     for s in samples:
         if s["workload"] in ("wholeseq", "vllm") and s["unit"] == "MB/s":
             assert (s["cpu_daemon_s"] is None) == (s["fs"] == "ext4"), s

@@ -129,7 +129,7 @@ TEST(MountOptions, UsageAndJsonListEveryOptionOnce) {
     }
   }
   for (const auto& text : {"uring_entries=N io_uring transport: requests in flight per CPU "
-                           "(default 16; 1 to 1024)",
+                           "(default 64; 1 to 1024)",
                            "relatime when", "or a day old (default) strictatime"}) {
     EXPECT_NE(flat.find(text), std::string::npos) << text << "\n" << flat;
   }

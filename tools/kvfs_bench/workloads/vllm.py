@@ -18,13 +18,15 @@ one per thread):
   load during stores caches dropped, R readers load the N keys while W
   store during loads writers store N other new keys; each group's time is
                      from its first start to its last end
+  store p50/p99      per stored key (stat to rename), in the store phase and
+                     during the loads (ms)
 """
 import hashlib
 import os
 import shutil
 import time
 
-from ..common import FAULT, BLOCK, BenchError, fmt_size
+from ..common import FAULT, BLOCK, BenchError, fmt_size, percentile
 from ..connector import read_into, run_threads, write_all
 from ..data import AlignedBuffer
 
@@ -137,9 +139,19 @@ class VllmWorkload:
 
             def store(keys, src, tid):
                 t0 = time.perf_counter()
-                stored = sum(store_if_missing(keys[i], src.slot_view(i, size), direct)
-                             for i in range(tid, n, writers))
-                return t0, time.perf_counter(), stored
+                stored, lat = 0, []
+                for i in range(tid, n, writers):
+                    t1 = time.perf_counter()
+                    if store_if_missing(keys[i], src.slot_view(i, size), direct):
+                        stored += 1
+                        lat.append(time.perf_counter() - t1)
+                return t0, time.perf_counter(), stored, lat
+
+            def store_percentiles(op, results):
+                lat = [x for r in results for x in r[3]]
+                for q, key in ((0.5, "p50"), (0.99, "p99")):
+                    self.record(op=f"{op} {key}", value=1e3 * percentile(lat, q), unit="ms",
+                                seconds=None, batches=writers, **common)
 
             def load(tid):
                 t0 = time.perf_counter()
@@ -155,6 +167,7 @@ class VllmWorkload:
                                  "new keys were skipped as existing")
             out["store"] = self.record(op="store", seconds=secs, value=n * size / secs / 1e6,
                                        unit="MB/s", batches=writers, **meter.stop(), **common)
+            store_percentiles("store", res)
             secs, res = run_threads(lambda tid: store(keys_a, src_a, tid), writers, self.stop)
             if sum(r[2] for r in res):
                 raise BenchError(f"vllm store on {t.name}: {sum(r[2] for r in res)} of {n} "
@@ -192,6 +205,7 @@ class VllmWorkload:
                     out[op] = self._vllm_verified(t, op, group, keys_a, src_a, dst, fields)
                 else:
                     out[op] = self.record(**fields)
+                    store_percentiles(op, group)
             return out
         finally:
             if not self.stop.is_set():
