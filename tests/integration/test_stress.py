@@ -157,10 +157,16 @@ def test_stress_evicting_volume_kept_full(make_volume):
             v.mount.stop()
 
 
-@pytest.mark.xfail(strict=False, reason="kvfs bug found by this run: after a kill on the "
-                   "full, evicting volume a file stored by rename without fsync can come back "
-                   "with only its first 2 MiB (the rest zeros, or the size cut to 2 MiB); "
-                   "about 1 run in 2 on io_uring, seed 4205")
+# Not run until two kvfs bugs this run found are fixed (drop run=False then):
+# after a kill, a file stored by rename without fsync came back with only its
+# first 2 MiB (the rest zeros, or the size cut to 2 MiB), about 1 run in 2 on
+# io_uring (seed 4205); and in a 120 s run (dev, seed 4207) a kill -9 left
+# the daemon unkillable and the mount hung: its thread sending an eviction's
+# FUSE notify_delete waited in the kernel (fuse_reverse_inval_entry, on the
+# directory's lock) behind a rename waiting for the daemon's answer, so the
+# connection stayed up with no daemon until it was aborted (fusectl).
+@pytest.mark.xfail(run=False, reason="kvfs bugs: torn file after a kill on an evicting "
+                   "volume; a kill during an eviction's notify_delete hangs the mount")
 def test_stress_crash_mode_evicting(make_volume):
     """Crash mode on the same full, evicting volume: after each kill a key
     may be gone (evicted, before the kill or by a pass after the remount),
