@@ -160,7 +160,8 @@ def test_stress_evicting_volume_kept_full(make_volume):
 # Not run until two kvfs bugs this run found are fixed (drop run=False then):
 # after a kill, a file stored by rename without fsync came back with only its
 # first 2 MiB (the rest zeros, or the size cut to 2 MiB), about 1 run in 2 on
-# io_uring (seed 4205); and in a 120 s run (dev, seed 4207) a kill -9 left
+# io_uring (seed 4205; test_stress_crash_mode_survives_two_kills finds such
+# files too, all zeros); and in a 120 s run (dev, seed 4207) a kill -9 left
 # the daemon unkillable and the mount hung: its thread sending an eviction's
 # FUSE notify_delete waited in the kernel (fuse_reverse_inval_entry, on the
 # directory's lock) behind a rename waiting for the daemon's answer, so the
