@@ -2,9 +2,11 @@
 operation mix on a mounted volume, and a crash-mode run in which the tool
 mounts the volume itself, kills the daemon twice with SIGKILL, checks the
 image with fsck.kvfs -n, remounts and verifies every key, and one whose
-kills come from the daemon's own kill points (a debug build's). All run on
-this run's transport (KVFS_TRANSPORT), the plain one also with passthrough
-off.
+kills come from the daemon's own kill points (a debug build's); and, on a
+small volume mounted with -o evict=lru and kept full, a plain and a
+crash-mode run of the eviction model (any key not held open may be
+evicted, none held open is, ENOSPC is a failure). All run on this run's
+transport (KVFS_TRANSPORT), the plain one also with passthrough off.
 
 The seeds are fixed so that a failure replays the same operation mix
 (KVFS_STRESS_SEED overrides them); the summary line and any failure with
@@ -17,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import GiB, KVFS_BIN, with_transport
+from conftest import GiB, KVFS_BIN, MiB, with_transport
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STRESS = os.path.join(HERE, "..", "..", "tools", "kvfs-stress")
@@ -109,5 +111,80 @@ def test_stress_crash_mode_with_kill_points(make_volume):
     assert int(c["point_kills"]) >= 1 and "killed_at=" in line, line
     assert int(c["kills"]) >= int(c["point_kills"]) + 1, line
     assert int(c["keys_verified"]) >= 2 * 48, line
+    if FSCK_BIN:
+        assert int(c["fsck"]) >= int(c["kills"]) + 1, line
+
+
+# Eviction: a 64 MiB volume (63 MiB of data space) and 128 keys of 64 KiB
+# to 4 MiB (about 170 MiB if all were present): the volume stays at its
+# high watermark and every store makes kvfs evict. evict_min_age=0: every
+# closed file is evictable at once, so a store never finds the volume full
+# with nothing to evict (what is open, a few files per thread, is far below
+# the watermarks).
+EVICT_SIZE = 64 * MiB
+EVICT_OPTIONS = "evict=lru,evict_min_age=0"
+EVICT_ARGS = ["--threads", "4", "--keys", "128", "--sizes", "64K,256K,1M,4M", "--timeout", "30"]
+
+
+def assert_evicted(line):
+    """The run evicted (keys found missing that the model had present) and
+    no call got ENOSPC."""
+    c = counts(line)
+    assert int(c["evicted"]) > 0, line
+    assert int(c["enospc"]) == 0, line
+    return c
+
+
+def test_stress_evicting_volume_kept_full(make_volume):
+    """A full volume with -o evict=lru evicts instead of failing: no ENOSPC,
+    keys vanish (evicted) but none held open does, and whatever is present
+    is a version the model allows, never torn, stale or a phantom."""
+    v = make_volume("evict", size=EVICT_SIZE, options=EVICT_OPTIONS)
+    v.mount.start()
+    try:
+        line = run_stress(["--dir", v.p("stress"), "--seconds", "10",
+                           "--seed", SEED or "4204", "--daemon-pid", str(v.mount.proc.pid),
+                           *EVICT_ARGS], timeout=150)
+        c = assert_evicted(line)
+        # The daemon's own count (.kvfs/stats), which kvfs-stress checks is
+        # at least the keys it saw vanish.
+        assert int(c["daemon_evicted"]) >= int(c["evicted"]), line
+        for kind in ("store-rename", "load-direct", "stat-storm", "unlink", "truncate",
+                     "rewrite", "scandir", "batch-write"):
+            assert f"{kind}" in line, f"no {kind} op ran: {line}"
+    finally:
+        if v.mount.proc is not None:
+            v.mount.stop()
+
+
+# Not run until two kvfs bugs this run found are fixed (drop run=False then):
+# after a kill, a file stored by rename without fsync came back with only its
+# first 2 MiB (the rest zeros, or the size cut to 2 MiB), about 1 run in 2 on
+# io_uring (seed 4205; test_stress_crash_mode_survives_two_kills finds such
+# files too, all zeros); and in a 120 s run (dev, seed 4207) a kill -9 left
+# the daemon unkillable and the mount hung: its thread sending an eviction's
+# FUSE notify_delete waited in the kernel (fuse_reverse_inval_entry, on the
+# directory's lock) behind a rename waiting for the daemon's answer, so the
+# connection stayed up with no daemon until it was aborted (fusectl).
+@pytest.mark.xfail(run=False, reason="kvfs bugs: torn file after a kill on an evicting "
+                   "volume; a kill during an eviction's notify_delete hangs the mount")
+def test_stress_crash_mode_evicting(make_volume):
+    """Crash mode on the same full, evicting volume: after each kill a key
+    may be gone (evicted, before the kill or by a pass after the remount),
+    but nothing present is torn or older than its last fsynced version, and
+    fsck.kvfs -n is clean."""
+    v = make_volume("crash-evict", size=EVICT_SIZE)
+    args = ["--kill-every", "3", "--kills", "2", "--seconds", "12", "--ops", CRASH_OPS,
+            "--image", v.image, "--mountpoint", v.mnt, "--kvfs", KVFS_BIN,
+            "--log", v.mount.log_path, "--seed", SEED or "4205",
+            "--kvfs-options", with_transport(EVICT_OPTIONS), *EVICT_ARGS]
+    if FSCK_BIN:
+        args += ["--fsck", FSCK_BIN]
+    line = run_stress(args, timeout=240)
+    c = assert_evicted(line)
+    # Up to two kills: how many fit in the run depends on how long a loaded
+    # machine takes to check, remount and verify after each.
+    assert int(c["kills"]) >= 1, line
+    assert int(c["keys_verified"]) >= (int(c["kills"]) + 1) * 128, line
     if FSCK_BIN:
         assert int(c["fsck"]) >= int(c["kills"]) + 1, line
