@@ -122,6 +122,8 @@ class FileSystem::Impl {
   Result<Attr> PeekAttr(uint64_t ino);
   Result<Attr> PeekEntry(uint64_t parent, std::string_view name);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
+  // SetAttr, with any write-out of the file's memory it must follow done.
+  Result<Attr> SetAttrLocked(const InodeRef& i, const SetAttrRequest& req);
   Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
   Status RmDir(uint64_t parent, std::string_view name);
   Status Unlink(uint64_t parent, std::string_view name);

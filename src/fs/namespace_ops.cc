@@ -117,6 +117,20 @@ Result<Attr> FileSystem::Impl::PeekEntry(uint64_t parent, std::string_view name)
 
 Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
+  // A size change waits for a write-out of the file's memory under way (a
+  // served writer's release, which the kernel sends after close(2)
+  // returned): it read the bytes before the truncate, and staging them
+  // after it would give the file its old size back.
+  std::shared_ptr<FileMemory> served =
+      req.size && ram_->memory() ? ram_->memory()->Get(i->token) : nullptr;
+  if (served) {
+    MutexLock w(served->writeout_mu());
+    return SetAttrLocked(i, req);
+  }
+  return SetAttrLocked(i, req);
+}
+
+Result<Attr> FileSystem::Impl::SetAttrLocked(const InodeRef& i, const SetAttrRequest& req) {
   std::unique_lock<std::mutex> l(i->mu);
   if (i->deleted) return Status::Error(ENOENT, "setattr");
   const int64_t now = NowNs();

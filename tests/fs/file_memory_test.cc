@@ -178,6 +178,58 @@ TEST_F(FileMemoryTest, AnOlderWriteOutNeverStagesAfterANewerOne) {
   fs_->Release(*o);
 }
 
+// A truncate while a served writer's release is writing the memory out
+// (the kernel sends it after close(2) returned): the write-out read the
+// bytes before the truncate; staged after it, they would give the file
+// its old size back. The truncate waits for the write-out.
+TEST_F(FileMemoryTest, ATruncateIsNeverUndoneByAWriteOutThatReadBeforeIt) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "sync points are compiled out";
+#endif
+  const uint64_t size = 256 << 10, cut = 100 << 10;
+  const std::string bytes = Pattern(size, 9);
+  const uint64_t ino = Store(kRootIno, "k", Pattern(size, 8));
+  ASSERT_TRUE(fs_->Sync().ok());
+  FileSystem::Opened reader = OpenServed(ino, O_RDONLY);
+  ASSERT_NE(reader.memory, nullptr);
+  FileSystem::Opened writer = OpenServed(ino, O_RDWR);
+  ASSERT_EQ(writer.memory, reader.memory);
+  KernelWrite(*writer.memory, 0, bytes);
+  ASSERT_TRUE(fs_->Flush(writer.fh).ok());
+  std::atomic<bool> once{false};
+  std::thread truncate;
+  std::promise<void> truncated;
+  SyncPoints::Set("FileSystem::WriteOutMemory:Read", [&](void*) {
+    if (once.exchange(true)) return;
+    // The release's write-out has read the bytes: a truncate now. It
+    // waits for this write-out (up to 1 s here, so that one that does not
+    // wait shows as a failure).
+    truncate = std::thread([&] {
+      SetAttrRequest req;
+      req.size = cut;
+      EXPECT_TRUE(fs_->SetAttr(ino, req).ok());
+      truncated.set_value();
+    });
+    truncated.get_future().wait_for(std::chrono::seconds(1));
+  });
+  fs_->Release(writer.fh);
+  truncate.join();
+  SyncPoints::ClearAll();
+  fs_->Release(reader.fh);
+  ASSERT_TRUE(fs_->Sync().ok());
+  auto a = fs_->GetAttr(ino);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->size, cut);
+  Remount();
+  auto o = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  auto r = ReadFh(*o, 0, size);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->size(), cut);
+  EXPECT_TRUE(*r == bytes.substr(0, cut));
+  fs_->Release(*o);
+}
+
 // The kernel's rule (all of a file's opens served, or none) across a cache
 // drop: an open decided served keeps its memory the file's, so the next
 // open (a writer) is served from it too. Were the memory dropped between
