@@ -80,7 +80,7 @@ namespace {
 // the first such chunk) if one has no version to hold: staged bytes may
 // still change, and a failed chunk has none. A version being written will
 // not change (and is installed under its own number when its writes
-// complete). REQUIRES: i.mu held.
+// complete). REQUIRES: i.mu() held.
 template <typename Fn>
 bool EachChunkVersion(const InodeState& i, Fn&& fn) {
   for (const auto& [ci, cs] : i.chunks) {
@@ -104,7 +104,7 @@ bool IsAtVersion(const InodeState& i, const MemoryVersion& v) {
 
 // Zeroes the bytes of [0, size) at `data` that no extent of `i` and no
 // chunk being written covers (what StartMemoryLoad does not write).
-// REQUIRES: i.mu held.
+// REQUIRES: i.mu() held.
 void ClearUncovered(const InodeState& i, uint64_t size, char* data) {
   std::vector<std::pair<uint64_t, uint64_t>> covered;
   for (const auto& [ci, cs] : i.chunks) {
@@ -139,9 +139,9 @@ std::optional<MemoryVersion> FileSystem::Impl::CurrentMemoryVersion(const InodeS
 
 std::shared_ptr<FileMemory> FileSystem::Impl::CurrentMemory(const InodeRef& i) {
   if (!ram_->memory()) return nullptr;
+  if (std::shared_ptr<FileMemory> s = i->data.served()) return s;  // the file's authority
   std::shared_ptr<FileMemory> m = ram_->memory()->Get(i->token);
   if (!m) return nullptr;
-  if (m->opens.load() > 0) return m;  // the file's authority while served
   return IsAtVersion(*i, m->version()) ? m : nullptr;
 }
 
@@ -205,30 +205,27 @@ std::shared_ptr<FileMemory> FileSystem::Impl::StartMemoryLoad(
   load->reads.Reset(n);
   load->memory = m;
   load->pin = table_.Pin(i);  // until the load completes
-  i->reads_inflight++;
+  i->data.BeginRead();
   const auto start = std::chrono::steady_clock::now();
   const uint64_t size = m->version().size;
   for (const auto& [ci, cs] : i->chunks) {
     if (cs.inflight) continue;
     for (const auto& fe : cs.extents) {
-      device::IoRequest r;
-      r.op = device::IoOp::kRead;
-      r.device = fe.ext.device;
-      r.byte_off = fe.ext.byte_off;
-      r.buf = m->data() + fe.file_off;
-      r.len = fe.ext.len;
-      r.group = m.get();  // a reader that waits for it promotes it
-      r.done = [this, load, start, size](Status st) {
-        if (!load->reads.Finish(st)) return;
-        const bool ok = load->reads.first().ok();
-        metrics_.Record(Op::kPrefetch, ElapsedNs(start), size);
-        if (!ok) metrics_.Error(EIO);
-        // A failed load stays as the version's entry (its pages given
-        // back): reads of the file then go through the chunk cache.
-        load->memory->Finish(ok);
-        FinishDeviceRead(std::move(load->pin));
-      };
-      reqs->push_back(std::move(r));
+      // Each read holds the memory it reads into until it completes (a
+      // reader that waits for the memory promotes it: its group).
+      reqs->push_back(FileData::ReadInto(
+          m, m->data() + fe.file_off, fe.ext.device, fe.ext.byte_off, fe.ext.len,
+          [this, load, start, size](Status st) {
+            if (!load->reads.Finish(st)) return;
+            const bool ok = load->reads.first().ok();
+            metrics_.Record(Op::kPrefetch, ElapsedNs(start), size);
+            if (!ok) metrics_.Error(EIO);
+            // A failed load stays as the version's entry (its pages given
+            // back): reads of the file then go through the chunk cache.
+            load->memory->Finish(ok);
+            FinishDeviceRead(std::move(load->pin));
+          },
+          m.get()));
     }
   }
   return m;
@@ -305,28 +302,23 @@ uint64_t FileSystem::Impl::LoadChunksLocked(const InodeRef& inode, uint64_t firs
     load->reads.Reset(cs.extents.size());
     load->entry = entry;
     load->pin = table_.Pin(inode);  // until the load completes
-    inode->reads_inflight++;
+    inode->data.BeginRead();
     const auto start = std::chrono::steady_clock::now();
     for (const auto& fe : cs.extents) {
-      device::IoRequest r;
-      r.op = device::IoOp::kRead;
-      r.device = fe.ext.device;
-      r.byte_off = fe.ext.byte_off;
-      r.buf = entry->data.get() + (fe.file_off - cstart);
-      r.len = fe.ext.len;
-      r.group = entry.get();  // a reader that waits for it promotes it
-      r.done = [this, load, fe, buf = r.buf, start](Status st) {
-        if (st.ok() && verifier_.enabled()) {
-          st = verifier_.Check(load->pin->ino, fe, static_cast<const char*>(buf));
-        }
-        if (!load->reads.Finish(st)) return;
-        const bool ok = load->reads.first().ok();
-        metrics_.Record(Op::kPrefetch, ElapsedNs(start), load->entry->capacity);
-        if (!ok) metrics_.Error(EIO);
-        load->entry->Finish(ok);
-        FinishDeviceRead(std::move(load->pin));
-      };
-      reqs->push_back(std::move(r));
+      // Each read holds the entry it reads into until it completes.
+      char* buf = entry->data.get() + (fe.file_off - cstart);
+      reqs->push_back(FileData::ReadInto(
+          entry, buf, fe.ext.device, fe.ext.byte_off, fe.ext.len,
+          [this, load, fe, buf, start](Status st) {
+            if (st.ok() && verifier_.enabled()) st = verifier_.Check(load->pin->ino, fe, buf);
+            if (!load->reads.Finish(st)) return;
+            const bool ok = load->reads.first().ok();
+            metrics_.Record(Op::kPrefetch, ElapsedNs(start), load->entry->capacity);
+            if (!ok) metrics_.Error(EIO);
+            load->entry->Finish(ok);
+            FinishDeviceRead(std::move(load->pin));
+          },
+          entry.get()));
     }
   }
   return bytes;
@@ -370,7 +362,7 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
     // (they pin it themselves until they end).
     InodePin pin = table_.PinIfCurrent(inode);
     if (!pin) continue;
-    std::lock_guard<std::mutex> l(inode->mu);
+    MutexLock l(inode->mu());
     PrefetchLocked(inode, &reqs, &entries);
   }
   if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
@@ -392,7 +384,7 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
     const InodeRef& inode = i->ref();
     uint64_t started = 0;
     {
-      std::lock_guard<std::mutex> l(inode->mu);
+      MutexLock l(inode->mu());
       if (!inode->orphan) started = PrefetchLocked(inode, &reqs, &entries);
     }
     if (started > 0) {
@@ -408,7 +400,7 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
 Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   if (!i->is_dir()) {
-    std::lock_guard<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     PrefetchLocked(i);
     return Status::OK();
   }
@@ -424,7 +416,7 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
     if (SpeculativeBytes() >= options_.prefetch_budget_bytes) break;
     auto child = table_.Get(c);
     if (!child.ok()) continue;
-    std::lock_guard<std::mutex> l((*child)->mu);
+    MutexLock l((*child)->mu());
     if ((*child)->is_reg()) PrefetchLocked(*child);
   }
   return Status::OK();

@@ -43,8 +43,8 @@ class EvictionRules {
                 uint64_t* bytes) const;
 
   // Whether `v` must stay whatever its age and place: not a regular file
-  // with a name, open, or data not yet committed. REQUIRES: v.mu held.
-  static bool Protected(const InodeState& v, const InodeTable& table);
+  // with a name, open, or data not yet committed (FileData::Quiescent).
+  static bool Protected(const InodeState& v, const InodeTable& table) REQUIRES(v.mu());
   // scope=xattr: whether directory `dir` or its nearest ancestor with
   // user.kvfs.evict says "lru" (always true with scope=mount).
   // REQUIRES: ns_mu_ held; no inode's mu held.

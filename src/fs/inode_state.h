@@ -11,8 +11,12 @@
 // offsets. A chunk's installed extents cover [chunk start, chunk start +
 // AlignUp(content, 4 KiB)); a chunk never shares an extent with another.
 //
-// Thread safety: the fields are GUARDED_BY(mu) unless their comment says
-// otherwise; the lock order is written on `mu`. Shared by reference
+// A regular file's commands in flight, its file memory and the opens
+// served from it are its FileData's (fs/file_data.h), guarded by the same
+// lock as the rest: mu(), which the thread-safety analysis checks there.
+//
+// Thread safety: the fields are guarded by mu() unless their comment says
+// otherwise; the lock order is written on mu(). Shared by reference
 // (InodeRef, fs/inode_table.h), which decides how long it stays live.
 #pragma once
 
@@ -24,11 +28,12 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "common/extent.h"
+#include "common/mutex.h"
 #include "device/buffer_pool.h"
+#include "fs/file_data.h"
 #include "fs/victim_order.h"
 #include "index/records.h"
 
@@ -82,10 +87,18 @@ struct InodeState {
   bool is_dir() const { return (rec.mode & S_IFMT) == S_IFDIR; }
   bool is_reg() const { return (rec.mode & S_IFMT) == S_IFREG; }
 
-  // Lock order: the namespace lock (fs/namespace.h) before mu; mu before the
-  // inode table's and the committer's locks. Never held while waiting for I/O, except the
-  // read-modify-write of a partly overwritten chunk (rare).
-  std::mutex mu;
+  // The inode's lock, its data's (FileData) too. Lock order: the namespace
+  // lock (fs/namespace.h) and a file memory's write-out lock before it; it
+  // before the inode table's, the caches' and the committer's locks. Never
+  // held while waiting for I/O.
+  Mutex& mu() const RETURN_CAPABILITY(data.mu()) { return mu_; }
+
+ private:
+  mutable Mutex mu_;
+
+ public:
+  // A regular file's data in flight, its memory and served opens.
+  FileData data{mu_};
 
   // rec.ino, readable without mu (the table is keyed by it).
   const uint64_t ino;
@@ -94,44 +107,38 @@ struct InodeState {
   const uint64_t token;
 
   // Live metadata. rec.extents is unused: chunks hold the data.
-  index::Inode rec;                                     // GUARDED_BY(mu)
-  std::map<uint64_t, ChunkState> chunks;                // by chunk index; GUARDED_BY(mu)
+  index::Inode rec;                                     // guarded by mu()
+  std::map<uint64_t, ChunkState> chunks;                // by chunk index; guarded by mu()
   // What the index has (or is about to have, in queue order): a file's size
   // in the last captured record, a directory's entry count; the link count.
   // Captures use these, not the live values, so a record is never ahead of
-  // the entry changes committed with it. GUARDED_BY(mu)
+  // the entry changes committed with it. guarded by mu()
   uint64_t durable_size = 0;
   uint32_t durable_nlink = 0;
   std::vector<Extent> free_pending;  // replaced; freed after the next capture commits
-  std::vector<Extent> free_after_reads;  // committed-free, waiting for readers
-  int inflight_writes = 0;                              // GUARDED_BY(mu)
-  int reads_inflight = 0;                               // GUARDED_BY(mu)
-  std::vector<std::shared_ptr<Change>> gated;  // wait for inflight_writes == 0
-  int write_error = 0;  // first errno of a failed write-behind; GUARDED_BY(mu)
-  uint64_t trunc_epoch = 0;                             // GUARDED_BY(mu)
-  uint64_t chunk_seq = 0;                               // GUARDED_BY(mu)
-  bool data_change_queued = false;                      // GUARDED_BY(mu)
-  bool deleted = false;  // no name and no handle: record goes away; GUARDED_BY(mu)
-  bool orphan = false;   // no name, still open; GUARDED_BY(mu)
+  uint64_t trunc_epoch = 0;                             // guarded by mu()
+  uint64_t chunk_seq = 0;                               // guarded by mu()
+  bool deleted = false;  // no name and no handle: record goes away; guarded by mu()
+  bool orphan = false;   // no name, still open; guarded by mu()
   // The change that made it an orphan is queued: its delete may follow
-  // (FileSystem::Impl::SettleOrphans). GUARDED_BY(mu)
+  // (FileSystem::Impl::SettleOrphans). guarded by mu()
   bool orphan_queued = false;
   // An unnamed file (O_TMPFILE without O_EXCL) that no Link() has named
-  // yet: the one link kvfs allows (FileSystem::Link). GUARDED_BY(mu)
+  // yet: the one link kvfs allows (FileSystem::Link). guarded by mu()
   bool linkable = false;
   // The change deleting the record has been built (committer thread, queue
-  // order): a change built later must not put the record back. GUARDED_BY(mu)
+  // order): a change built later must not put the record back. guarded by mu()
   bool delete_built = false;
   // rec.atime_ns moved since the last capture; the AtimeLog holds a pin
-  // until it is flushed (fs/atime.h). GUARDED_BY(mu)
+  // until it is flushed (fs/atime.h). guarded by mu()
   bool atime_dirty = false;
   // With eviction on, the file's last use, shared with its node in the
   // eviction order (fs/victim_order.h): a use is one atomic store, whatever the
-  // atime mode. Set at its first use. The pointer: GUARDED_BY(mu).
+  // atime mode. Set at its first use. The pointer: guarded by mu().
   std::shared_ptr<UseStamp> use_stamp;
   // Reads of a file too large to load whole: where the last one ended, and
   // how far its chunks are being read ahead of the reader
-  // (FileSystem::Impl::ReadAhead). GUARDED_BY(mu)
+  // (FileSystem::Impl::ReadAhead). guarded by mu()
   uint64_t read_end = 0;
   uint64_t read_ahead_to = 0;
 

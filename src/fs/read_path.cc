@@ -17,7 +17,7 @@
 
 namespace kvfs::fs {
 
-// REQUIRES: inode->mu held; off + len <= the file's size.
+// REQUIRES: off + len <= the file's size.
 void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, char* dst,
                                 uint64_t room, ReadPlan* plan) {
   const uint64_t end = off + len;
@@ -25,7 +25,7 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
   // while opens are served from it: the kernel wrote them there).
   if (std::shared_ptr<FileMemory> m = HeldMemory(i);
       m && m->state() == FileMemory::State::kReady) {
-    if (m->opens.load() > 0) {
+    if (m == i->data.served()) {
       if (pread(m->fd(), dst, len, static_cast<off_t>(off)) == static_cast<ssize_t>(len)) return;
     } else if (end <= m->mapped()) {
       std::memcpy(dst, m->data() + off, len);
@@ -67,7 +67,7 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
       // verify=on: load the whole chunk once, checked (fs/read_verify.h).
       cached = StartChunkLoad(i, ci, cs, false);
       if (cached) {
-        i->reads_inflight++;
+        i->data.BeginRead();
         SharedPin pin = Share(table_.Pin(i));  // until the load completes
         AddVerifiedChunkLoad(verifier_, i->rec.ino, cstart, cs.extents, cached,
                              [this, pin] { FinishDeviceRead(std::move(*pin)); }, &plan->loads);
@@ -132,7 +132,7 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
     pos = hi;
   }
   if (!plan->pieces.empty() || !plan->waits.empty()) {
-    i->reads_inflight++;  // extents stay allocated until ExecuteRead is done
+    i->data.BeginRead();  // extents stay allocated until ExecuteRead is done
   }
 }
 

@@ -47,7 +47,7 @@ device::PoolBuffer FileSystem::Impl::AcquireBuffer() {
   // Every slot is staged or in flight: push staged chunks out so that
   // slots come back as their writes complete.
   for (const InodeRef& i : staged_.Take()) {
-    std::lock_guard<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     SubmitAllStaged(i);
   }
   return volume_.buffers().Acquire();
@@ -66,33 +66,42 @@ void InstallExtents(ChunkState& cs, uint64_t ci, const std::vector<Extent>& allo
   }
 }
 
+// The caller's lock, if it gave one, let go of and taken again around a
+// wait (a conditional the thread-safety analysis cannot follow).
+static void LetGo(Mutex* lock) NO_THREAD_SAFETY_ANALYSIS {
+  if (lock) lock->unlock();
+}
+static void TakeBack(Mutex* lock) NO_THREAD_SAFETY_ANALYSIS {
+  if (lock) lock->lock();
+}
+
 Status FileSystem::Impl::WithSpace(uint64_t bytes, const std::function<Status()>& reserve,
-                                   std::unique_lock<std::mutex>* lock) {
+                                   Mutex* lock) {
   Status st = reserve();
   if (st.code() != ENOSPC) {
     if (st.ok() && eviction_.evictor()) eviction_.evictor()->Allocated();
     return st;
   }
   // Space freed by unlinks becomes free when their commit lands.
-  if (lock) lock->unlock();
+  LetGo(lock);
   committer_->Drain(false).ignore();  // errors surface through the retry
-  if (lock) lock->lock();
+  TakeBack(lock);
   st = reserve();
   if (Evictor* evictor = eviction_.evictor()) {
     if (st.ok()) {
       evictor->Allocated();
     } else if (st.code() == ENOSPC) {
       // Still full: wait (bounded) for eviction to make room.
-      if (lock) lock->unlock();
+      LetGo(lock);
       st = evictor->ReserveWaiting(
           [&] {
-            if (lock) lock->lock();
+            TakeBack(lock);
             Status r = reserve();
-            if (lock) lock->unlock();
+            LetGo(lock);
             return r;
           },
           bytes);
-      if (lock) lock->lock();
+      TakeBack(lock);
     }
   }
   return st;
@@ -100,14 +109,14 @@ Status FileSystem::Impl::WithSpace(uint64_t bytes, const std::function<Status()>
 
 // Gives chunk `ci` a staged buffer holding its current content, reserving
 // device space for at least `write_hi` bytes of it. May drop and retake
-// `lock` (to wait for a buffer or for space). REQUIRES: lock holds inode->mu.
-Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std::mutex>& lock,
-                                    uint64_t ci, uint64_t write_lo, uint64_t write_hi) {
+// the inode's lock (to wait for a buffer or for space).
+Status FileSystem::Impl::StageChunk(const InodeRef& inode, uint64_t ci, uint64_t write_lo,
+                                    uint64_t write_hi) {
   device::PoolBuffer buf = volume_.buffers().TryAcquire();
   if (!buf) {
-    lock.unlock();
+    inode->mu().unlock();
     buf = AcquireBuffer();
-    lock.lock();
+    inode->mu().lock();
     if (inode->chunks[ci].staged) return Status::OK();  // staged by another writer meanwhile
   }
   const uint64_t cstart = ci * kChunkBytes;
@@ -128,7 +137,7 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
         alloc = std::move(a).value();
         return Status::OK();
       },
-      &lock);
+      &inode->mu());
   if (inode->chunks[ci].staged) {  // staged by another writer while the lock was dropped
     FreeNow(alloc);
     return Status::OK();
@@ -160,7 +169,7 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
       const uint64_t seq = cs.installed_seq;
       std::memset(data, 0, kChunkBytes);  // holes between the extents read as zeros
       cb->clean = kChunkBytes;
-      lock.unlock();
+      inode->mu().unlock();
       Status st;
       for (const index::FileExtent& fe : extents) {
         st = sched_->ReadSync(io::Lane::kRead, fe.ext.device, fe.ext.byte_off,
@@ -170,7 +179,7 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, std::unique_lock<std:
         }
         if (!st.ok()) break;
       }
-      lock.lock();
+      inode->mu().lock();
       if (!st.ok()) {
         FreeNow(cb->alloc);
         return st.Annotate("reading chunk for a partial overwrite");
@@ -201,7 +210,7 @@ bool FileSystem::Impl::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
   // close: as long as a write.
   if (h.memory && h.writable()) return true;
   if (!h.writable() || len == 0) return false;
-  std::lock_guard<std::mutex> l(h.inode->mu);
+  MutexLock l(h.inode->mu());
   if (h.flags & O_APPEND) off = h.inode->rec.size;
   const uint64_t end = off + len;
   size_t unstaged = 0;
@@ -231,11 +240,11 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
   const Handle& h = *found;
   if (!h.writable()) return Status::Error(EBADF, "write on a read-only handle");
   if (h.flags & O_APPEND) {
-    std::lock_guard<std::mutex> l(h.inode->mu);
+    MutexLock l(h.inode->mu());
     off = h.inode->rec.size;
   }
   InodeRef i = h.inode;
-  std::unique_lock<std::mutex> lock(i->mu);
+  MutexLock lock(i->mu());
   const uint64_t end = off + data.size();
   uint64_t pos = off;
   while (pos < end) {
@@ -244,7 +253,7 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
     const uint64_t lo = pos - cstart;
     const uint64_t hi = std::min(end - cstart, kChunkBytes);
     if (!i->chunks[ci].staged) {
-      Status st = StageChunk(i, lock, ci, lo, hi);
+      Status st = StageChunk(i, ci, lo, hi);
       if (!st.ok()) {
         if (pos > off) break;  // report the bytes already accepted
         return st;
@@ -265,7 +274,7 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
             more = std::move(a).value();
             return Status::OK();
           },
-          &lock);
+          &i->mu());
       // The lock may have been dropped for the wait: the chunk may have
       // been pushed out, truncated or restaged meanwhile. Look again.
       if (i->chunks[ci].staged == staged) {
@@ -304,7 +313,7 @@ void FileSystem::Impl::SubmitAllStaged(const InodeRef& inode) {
 }
 
 // Sends the staged version of chunk `ci` to its reserved extents.
-// REQUIRES: inode->mu held; the chunk is staged.
+// REQUIRES: the chunk is staged.
 void FileSystem::Impl::SubmitChunk(const InodeRef& inode, uint64_t ci) {
   ChunkState& cs = inode->chunks[ci];
   std::shared_ptr<ChunkBuf> cb = std::move(cs.staged);
@@ -338,7 +347,7 @@ void FileSystem::Impl::SubmitChunk(const InodeRef& inode, uint64_t ci) {
   cb->seq = ++inode->chunk_seq;
   cb->trunc_epoch = inode->trunc_epoch;
   cs.inflight = cb;
-  inode->inflight_writes++;
+  inode->data.BeginWrite();
   // The chunk's writes (one per extent); the inode is pinned until the
   // last completes.
   struct Writes {
@@ -351,18 +360,14 @@ void FileSystem::Impl::SubmitChunk(const InodeRef& inode, uint64_t ci) {
   std::vector<device::IoRequest> reqs;
   uint64_t pos = 0;
   for (const Extent& e : cb->alloc) {
-    device::IoRequest r;
-    r.op = device::IoOp::kWrite;
-    r.device = e.device;
-    r.byte_off = e.byte_off;
-    r.buf = cb->buf.data() + pos;
-    r.len = e.len;
-    r.done = [this, ci, cb, writes](Status st) {
-      if (writes->parts.Finish(st)) {
-        OnChunkWritten(std::move(writes->pin), ci, cb, writes->parts.first());
-      }
-    };
-    reqs.push_back(std::move(r));
+    // Each write holds the version it writes from until it completes.
+    reqs.push_back(FileData::WriteFrom(cb, cb->buf.data() + pos, e.device, e.byte_off, e.len,
+                                       [this, ci, cb, writes](Status st) {
+                                         if (writes->parts.Finish(st)) {
+                                           OnChunkWritten(std::move(writes->pin), ci, cb,
+                                                          writes->parts.first());
+                                         }
+                                       }));
     pos += e.len;
   }
   sched_->Submit(io::Lane::kWrite, reqs);
@@ -380,14 +385,13 @@ void FileSystem::Impl::OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr
   std::shared_ptr<Change> data_change;
   std::vector<Extent> free_now;
   {
-    std::lock_guard<std::mutex> l(inode->mu);
-    inode->inflight_writes--;
+    MutexLock l(inode->mu());
+    gates = inode->data.EndWrite();
     auto it = inode->chunks.find(ci);
     bool current = it != inode->chunks.end() && !inode->deleted &&
                    cb->trunc_epoch == inode->trunc_epoch && cb->seq > it->second.installed_seq;
     if (!st.ok()) {
-      if (!inode->write_error) {
-        inode->write_error = st.code();
+      if (inode->data.NoteWriteError(st.code())) {
         spdlog::error("write-behind of inode {} at file offset {} failed: {}", inode->rec.ino,
                       ci * kChunkBytes, st.ToString());
       }
@@ -410,8 +414,7 @@ void FileSystem::Impl::OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr
       cs.installed_seq = cb->seq;
       cs.failed = false;
       ram_->chunks().Erase(inode->token, ci);  // an older version's bytes
-      if (!inode->data_change_queued) {
-        inode->data_change_queued = true;
+      if (inode->data.NoteInstalled()) {
         data_change = NewChange();
         data_change->inodes.push_back(inode);
       }
@@ -422,7 +425,6 @@ void FileSystem::Impl::OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr
       if (it->second.inflight == cb) it->second.inflight.reset();
       if (it->second.empty()) inode->chunks.erase(it);
     }
-    if (inode->inflight_writes == 0) gates.swap(inode->gated);
   }
   FreeNow(free_now);
   if (data_change) Enqueue(data_change);
@@ -435,8 +437,7 @@ void FileSystem::Impl::OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr
 // extents freed once the new size is committed); the chunk that straddles
 // it is restaged with zeros past the cut so a later grow reads zeros. On
 // error (no staging memory or space for that chunk, its old bytes
-// unreadable) nothing has changed. May drop and retake inode->mu.
-// REQUIRES: inode->mu held.
+// unreadable) nothing has changed. May drop and retake inode->mu().
 Status FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
   const uint64_t cut = new_size % kChunkBytes;
   const uint64_t ci = new_size / kChunkBytes;
@@ -446,9 +447,7 @@ Status FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) 
       // The chunk the cut falls in keeps its head: stage it (reading the
       // old bytes) before anything is dropped. Without a buffer, space or
       // the old bytes, the truncate fails and the file stays as it was.
-      std::unique_lock<std::mutex> relock(inode->mu, std::adopt_lock);
-      Status st = StageChunk(inode, relock, ci, 0, cut);
-      relock.release();
+      Status st = StageChunk(inode, ci, 0, cut);
       if (!st.ok()) return st.Annotate("truncate of inode " + std::to_string(inode->rec.ino));
     }
   }
