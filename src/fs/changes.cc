@@ -92,53 +92,18 @@ std::shared_ptr<Change> FileSystem::Impl::WriteOut(const InodeRef& inode) {
   return nullptr;
 }
 
-// Captures the live record of `inode` for the index. The size is held back
-// to the start of the first chunk past the last captured size whose new data
-// is not written yet, so a crash never shows a grown file with a hole where
-// unwritten data should be; and held up to the end of an extent a truncate
-// cut whose chunk's new head is not written yet, so a crash never shows the
-// kept head as zeros.
+// Captures the live record of `inode` for the index: the record, and for
+// a regular file its data's half (FileData::Capture: the size it may have
+// and the extents it names; the replaced extents to free once committed).
 static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) REQUIRES(x.mu()) {
   index::Inode r = x.rec;
   r.extents.clear();
   r.nlink = x.durable_nlink;
   if (x.is_dir()) r.size = x.durable_size;
   if (x.is_reg()) {
-    uint64_t size = x.rec.size;
-    const uint64_t durable = x.durable_size;
-    for (const auto& [ci, cs] : x.chunks) {
-      if ((cs.staged || cs.inflight || cs.failed) && (ci + 1) * kChunkBytes > durable) {
-        size = std::min(size, std::max(durable, ci * kChunkBytes));
-        break;
-      }
-    }
-    uint64_t limit = AlignUp(size, kBlockSize);
-    // A truncate that cut inside an extent staged the chunk's head, to be
-    // written as a new extent; until that is installed the old extent is
-    // the only copy of the head's bytes. The record keeps it, and its size
-    // reaches the extent's end or the old size (a prefix of the old file, as
-    // growth is held back above), or a crash would leave the new size over zeros.
-    for (const auto& [ci, cs] : x.chunks) {
-      if (!cs.staged && !cs.inflight) continue;
-      for (const index::FileExtent& fe : cs.extents) {
-        if (fe.file_off < limit && fe.file_off + fe.ext.len > limit) {
-          // Not past the old size: the extent's last block may hold more.
-          size = std::min(fe.file_off + fe.ext.len, std::max(size, durable));
-          limit = std::max(limit, fe.file_off + fe.ext.len);
-        }
-      }
-    }
-    for (const auto& [ci, cs] : x.chunks) {
-      for (const index::FileExtent& fe : cs.extents) {
-        if (fe.file_off + fe.ext.len <= limit) r.extents.push_back(fe);
-      }
-    }
-    r.size = size;
-    x.durable_size = size;
+    r.size = x.data.Capture(x.rec.size, x.durable_size, &r.extents, frees);
+    x.durable_size = r.size;
   }
-  frees->insert(frees->end(), x.free_pending.begin(), x.free_pending.end());
-  x.free_pending.clear();
-  x.data.Captured();
   x.atime_dirty = false;  // the record carries it
   return r;
 }
@@ -175,12 +140,7 @@ void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
     {
       MutexLock l(inode->mu());
       inode->delete_built = true;
-      for (auto& [ci, cs] : inode->chunks) {
-        for (const auto& fe : cs.extents) frees.push_back(fe.ext);
-        cs.extents.clear();
-      }
-      frees.insert(frees.end(), inode->free_pending.begin(), inode->free_pending.end());
-      inode->free_pending.clear();
+      inode->data.TakeAll(&frees);
     }
     batch.DeleteInode(inode->rec.ino);
     ram_->chunks().EraseOwner(inode->token);

@@ -16,11 +16,8 @@ constexpr int kMaxScopeDepth = 4096;
 bool EvictionRules::Protected(const InodeState& v, const InodeTable& table) {
   if (!v.is_reg() || v.deleted || v.orphan) return true;
   if (table.opens(v) > 0) return true;
-  if (!v.data.Quiescent()) return true;  // the file's data is on its way out
-  for (const auto& [ci, cs] : v.chunks) {
-    if (cs.staged || cs.inflight) return true;
-  }
-  return false;
+  // Staged, being written, or written and not yet named by the index.
+  return !v.data.Quiescent();
 }
 
 bool EvictionRules::InScope(uint64_t dir) const {

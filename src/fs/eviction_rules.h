@@ -7,7 +7,8 @@
 //     file; an unlinked open file has no name to evict);
 //   - a file open by anyone;
 //   - a file with staged, in-flight or uncommitted data (its data would
-//     be freed under the write, and its name is the only way back to it);
+//     be freed under the write, and its name is the only way back to it):
+//     its FileData says so (Quiescent);
 //   - a file used since the order offered it (no longer the oldest);
 //   - with scope=xattr, a file with no ancestor directory whose nearest
 //     user.kvfs.evict mark says "lru".

@@ -40,17 +40,11 @@
 
 #include "common/mutex.h"
 #include "common/status.h"
+#include "fs/file_data.h"  // MemoryVersion
 #include "fs/memory_pool.h"
 
 namespace kvfs::fs {
 
-// The file version a FileMemory holds: its size and, by chunk index, each
-// chunk's installed version.
-struct MemoryVersion {
-  uint64_t size = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> chunks;
-  bool operator==(const MemoryVersion&) const = default;
-};
 
 class FileMemory {
  public:

@@ -5,6 +5,8 @@
 //   namespace.h        names ahead of the index, the namespace lock
 //   name_change.h      the one builder of name changes (link, unlink,
 //                      replace, move); name_observer.h hears them
+//   file_data.h        one regular file's data state (chunks, commands in
+//                      flight, served opens), under its inode's lock
 //   ram_cache.h        chunk cache and file memory with their memory
 //   staged_inodes.h, retained_pins.h  staging pressure, the pins of
 //                      loads without a lookup (prefetches, guesses)
@@ -26,6 +28,7 @@
 //   file_ops.cc        create/open/flush/release/fsync/fallocate, read(2)
 //   tmpfile_ops.cc     O_TMPFILE files and the one link that names them
 //   write_behind.cc    staging, chunk submission, chunk written, truncate
+//                      (the chunk states' side is FileData's)
 //   read_path.cc       planning and running reads (read(2) and ReadFile)
 //   cache_loads.cc     loading files into the RAM cache (prefetch, hints)
 //   prefetcher.*       the prefetch thread and its queues; readahead.h
@@ -81,11 +84,6 @@
 #include "io/scheduler.h"
 
 namespace kvfs::fs {
-
-// Appends the extents `alloc` (written, with checksums `crcs`) to chunk
-// `ci`'s installed extents, laid out from the chunk's start.
-void InstallExtents(ChunkState& cs, uint64_t ci, const std::vector<Extent>& alloc,
-                    const std::vector<uint32_t>& crcs);
 
 class FileSystem::Impl {
  public:
@@ -357,16 +355,17 @@ class FileSystem::Impl {
   // --- cache_loads.cc
   // The cache entry holding all of [off, off + len) of one chunk, loaded or
   // loading, or null (other chunks, staged data, a hole, verify=on).
-  // REQUIRES: inode->mu() held.
-  std::shared_ptr<CachedChunk> CachedWhole(const InodeRef& i, uint64_t off, uint64_t len);
+  std::shared_ptr<CachedChunk> CachedWhole(const InodeRef& i, uint64_t off, uint64_t len)
+      REQUIRES(i->mu());
   // Runs fn(ok) when `c` has loaded, or now if it is not loading. A reader
   // waits for it from now on: if its load is a prefetch still queued behind
   // others, it is promoted to the read lane (io::Scheduler::Promote).
   void WhenLoaded(const std::shared_ptr<CachedChunk>& c, std::function<void(bool ok)> fn);
-  // A loading cache entry for chunk `ci` (state `cs`) of `i`, sized to its
-  // extents, with the bytes between them zeroed; null if the chunk is
-  // cached already or there is no room.
-  std::shared_ptr<CachedChunk> StartChunkLoad(const InodeRef& i, uint64_t ci, const ChunkState& cs,
+  // A loading cache entry for chunk `ci` of `i` at installed version
+  // `seq` (`extents`), sized to its extents, with the bytes between them
+  // zeroed; null if the chunk is cached already or there is no room.
+  std::shared_ptr<CachedChunk> StartChunkLoad(const InodeRef& i, uint64_t ci, uint64_t seq,
+                                              const std::vector<index::FileExtent>& extents,
                                               bool prefetch);
   // Starts loading the file's chunks into the cache (prefetch lane), within
   // the budgets. Returns the bytes it started loading. With `batch`, the
@@ -399,9 +398,6 @@ class FileSystem::Impl {
   // How far ahead of a reader of a large file its chunks are loaded.
   static constexpr uint64_t kReadAheadBytes = 16ull << 20;
   // --- cache_loads.cc: file memory (fs/file_memory.h), when options_.file_memory.
-  // The file version `i` holds now, or nullopt while any chunk is staged,
-  // being written or failed (no version to hold). REQUIRES: i.mu() held.
-  static std::optional<MemoryVersion> CurrentMemoryVersion(const InodeState& i);
   // The file memory of `i` that stands for its bytes now (loading, loaded
   // or failed): the one its served opens use, or one of its current
   // version.
@@ -409,8 +405,8 @@ class FileSystem::Impl {
   // CurrentMemory unless its load failed.
   std::shared_ptr<FileMemory> HeldMemory(const InodeRef& i) REQUIRES(i->mu());
   // Whether `m` is loaded and holds the version `i` is at now (whatever
-  // opens it serves). REQUIRES: i->mu() held.
-  bool MemoryIsCurrent(const InodeRef& i, const FileMemory& m);
+  // opens it serves).
+  bool MemoryIsCurrent(const InodeRef& i, const FileMemory& m) REQUIRES(i->mu());
   // Loaded speculatively and not read yet, chunk cache and file memory.
   // Loads the cache dropped before they ended (.kvfs/drop_cache, room for
   // other files) still hold their memory until they end: their bytes on
@@ -421,14 +417,21 @@ class FileSystem::Impl {
   }
   // Whether `i` may be loaded into file memory: a regular file of at least
   // kMinFileMemoryBytes and at most prefetch_file_max_bytes, with a
-  // version to hold.
-  // REQUIRES: i->mu() held.
-  bool MemoryEligible(const InodeRef& i);
+  // version to hold (FileData::HasVersion).
+  bool MemoryEligible(const InodeRef& i) REQUIRES(i->mu());
   // Starts loading `i` into a new file memory: its device reads are
   // appended to `reqs` for the caller to submit. Null when there is no room
   // (or no memory to be had). REQUIRES: MemoryEligible(i).
   std::shared_ptr<FileMemory> StartMemoryLoad(const InodeRef& i, bool prefetch,
                                               std::vector<device::IoRequest>* reqs)
+      REQUIRES(i->mu());
+  // The completion of a load of `i` in `reads` device reads (`bytes`
+  // long, for the metric), for each of them: when the last completes,
+  // finish(ok) (its target is loaded, or failed) and the load's end as a
+  // device read of the file (FinishDeviceRead; counted now: BeginRead).
+  // The one load bookkeeping of file memory and chunk cache loads.
+  std::function<void(Status)> LoadCompletion(const InodeRef& i, size_t reads, uint64_t bytes,
+                                             std::function<void(bool ok)> finish)
       REQUIRES(i->mu());
   // As WhenLoaded, for a file memory.
   void WhenMemoryLoaded(const std::shared_ptr<FileMemory>& m, std::function<void(bool ok)> fn);

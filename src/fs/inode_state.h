@@ -2,18 +2,15 @@
 //
 // The index holds what has been committed; an InodeState holds what the
 // calls so far have made of the inode: live metadata, a regular file's data
-// as per-chunk state (staged buffer, in-flight buffer, installed extents),
-// and what must happen once queued changes commit. fs/ keeps an InodeState
+// (FileData), and what must happen once queued changes commit. fs/ keeps an InodeState
 // while the kernel knows the inode (lookup count), it is open, or a queued
 // change still refers to it.
 //
-// File data is handled in chunks of kChunkBytes at chunk-aligned file
-// offsets. A chunk's installed extents cover [chunk start, chunk start +
-// AlignUp(content, 4 KiB)); a chunk never shares an extent with another.
-//
-// A regular file's commands in flight, its file memory and the opens
-// served from it are its FileData's (fs/file_data.h), guarded by the same
-// lock as the rest: mu(), which the thread-safety analysis checks there.
+// A regular file's data -- its chunks (staged, in-flight and installed
+// versions), the device commands in flight, its file memory and the opens
+// served from it -- is its FileData's (fs/file_data.h), guarded by the
+// same lock as the rest: mu(), which the thread-safety analysis checks
+// there.
 //
 // Thread safety: the fields are guarded by mu() unless their comment says
 // otherwise; the lock order is written on mu(). Shared by reference
@@ -22,64 +19,20 @@
 
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
-#include <map>
 #include <memory>
 #include <vector>
 
 #include "common/extent.h"
 #include "common/mutex.h"
-#include "device/buffer_pool.h"
 #include "fs/file_data.h"
 #include "fs/victim_order.h"
 #include "index/records.h"
 
 namespace kvfs::fs {
 
-inline constexpr uint64_t kChunkBytes = 1 << 20;
-
 struct Change;
-
-// One version of a chunk's content in a pool buffer. Immutable once it is
-// in flight; bytes past `valid` are zero.
-struct ChunkBuf {
-  device::PoolBuffer buf;
-  uint64_t valid = 0;          // content bytes from the chunk start
-  // Bytes [0, clean) hold content or zeros; [clean, end) may hold garbage
-  // from the buffer's last use. Zeroing lazily (ZeroTo) instead of the whole
-  // 1 MiB buffer when it is staged saves a memset of 1 MiB per stored key.
-  uint64_t clean = 0;
-  // Zeroes [clean, hi) if needed, so that [0, hi) holds content or zeros.
-  void ZeroTo(uint64_t hi) {
-    if (hi <= clean) return;
-    std::memset(buf.data() + clean, 0, hi - clean);
-    clean = hi;
-  }
-  // Copies chunk bytes [lo, hi) to `dst`; past `clean` (a truncate grew the
-  // file) they read as zeros.
-  void CopyOut(uint64_t lo, uint64_t hi, char* dst) const {
-    const uint64_t have = std::clamp(clean, lo, hi);
-    std::memcpy(dst, buf.data() + lo, have - lo);
-    std::memset(dst + (have - lo), 0, hi - have);
-  }
-  std::vector<Extent> alloc;   // space reserved for this version
-  uint64_t seq = 0;            // orders versions of one chunk
-  uint64_t trunc_epoch = 0;    // a truncate since then makes it obsolete
-};
-
-struct ChunkState {
-  std::shared_ptr<ChunkBuf> staged;    // written by write(), not yet submitted
-  std::shared_ptr<ChunkBuf> inflight;  // newest version being written
-  std::vector<index::FileExtent> extents;  // installed (written) version
-  uint64_t installed_seq = 0;
-  // Its newest write failed: reads of it fail with EIO, and the committed
-  // size stays below it, until a later version is written.
-  bool failed = false;
-  bool empty() const { return !staged && !inflight && extents.empty() && !failed; }
-};
 
 struct InodeState {
   InodeState(index::Inode r, uint64_t cache_token)
@@ -97,7 +50,8 @@ struct InodeState {
   mutable Mutex mu_;
 
  public:
-  // A regular file's data in flight, its memory and served opens.
+  // A regular file's data: its chunks, the commands in flight on them, its
+  // memory and the opens served from it.
   FileData data{mu_};
 
   // rec.ino, readable without mu (the table is keyed by it).
@@ -106,18 +60,14 @@ struct InodeState {
   // the owner key of its entries in the ChunkCache.
   const uint64_t token;
 
-  // Live metadata. rec.extents is unused: chunks hold the data.
+  // Live metadata. rec.extents is unused: data's chunks hold the data.
   index::Inode rec;                                     // guarded by mu()
-  std::map<uint64_t, ChunkState> chunks;                // by chunk index; guarded by mu()
   // What the index has (or is about to have, in queue order): a file's size
   // in the last captured record, a directory's entry count; the link count.
   // Captures use these, not the live values, so a record is never ahead of
   // the entry changes committed with it. guarded by mu()
   uint64_t durable_size = 0;
   uint32_t durable_nlink = 0;
-  std::vector<Extent> free_pending;  // replaced; freed after the next capture commits
-  uint64_t trunc_epoch = 0;                             // guarded by mu()
-  uint64_t chunk_seq = 0;                               // guarded by mu()
   bool deleted = false;  // no name and no handle: record goes away; guarded by mu()
   bool orphan = false;   // no name, still open; guarded by mu()
   // The change that made it an orphan is queued: its delete may follow
@@ -136,11 +86,6 @@ struct InodeState {
   // eviction order (fs/victim_order.h): a use is one atomic store, whatever the
   // atime mode. Set at its first use. The pointer: guarded by mu().
   std::shared_ptr<UseStamp> use_stamp;
-  // Reads of a file too large to load whole: where the last one ended, and
-  // how far its chunks are being read ahead of the reader
-  // (FileSystem::Impl::ReadAhead). guarded by mu()
-  uint64_t read_end = 0;
-  uint64_t read_ahead_to = 0;
 
   // Counts that keep it in the InodeTable (fs/inode_table.h), changed
   // only by the table. GUARDED_BY(InodeTable::mu_)

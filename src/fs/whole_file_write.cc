@@ -263,10 +263,11 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
       InheritSetgid(*p, &rec);
       rec.size = ws->size;
       InodeRef file = table_.Make(rec);
-      for (uint64_t ci = 0; ci < ws->plan.size(); ++ci) {
-        ChunkState& cs = file->chunks[ci];
-        InstallExtents(cs, ci, ws->plan[ci].alloc, ws->plan[ci].crcs);
-        cs.installed_seq = ++file->chunk_seq;
+      {
+        MutexLock l(file->mu());  // no one else sees it yet
+        for (uint64_t ci = 0; ci < ws->plan.size(); ++ci) {
+          file->data.Install(ci, ws->plan[ci].alloc, ws->plan[ci].crcs);
+        }
       }
       table_.Insert(file, /*lookups=*/0, /*opens=*/0);
       // The replaced file's readers keep it (as rename-over).
