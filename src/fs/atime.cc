@@ -86,7 +86,7 @@ void FileSystem::Impl::FlushAtimes(std::vector<InodePin> pins) {
   std::shared_ptr<Change> c;
   for (InodePin& p : pins) {
     {
-      std::lock_guard<std::mutex> l(p->mu);
+      MutexLock l(p->mu());
       // Captured by another change since (atime_dirty cleared), or gone.
       if (!p->atime_dirty || p->deleted) continue;
     }

@@ -27,30 +27,28 @@ std::shared_ptr<CachedChunk> FileSystem::Impl::CachedWhole(const InodeRef& i, ui
                                                            uint64_t len) {
   const uint64_t ci = off / kChunkBytes;
   if ((off + len - 1) / kChunkBytes != ci || verifier_.enabled()) return nullptr;
-  auto it = i->chunks.find(ci);
-  if (it == i->chunks.end()) return nullptr;
-  const ChunkState& cs = it->second;
-  if (cs.staged || cs.inflight || cs.failed || cs.extents.empty()) return nullptr;
+  std::optional<InstalledChunk> chunk = i->data.Installed(ci);
+  if (!chunk) return nullptr;
   // A miss is counted by the PlanRead that follows.
-  std::shared_ptr<CachedChunk> c = ram_->chunks().Get(i->token, ci, cs.installed_seq, false);
+  std::shared_ptr<CachedChunk> c = ram_->chunks().Get(i->token, ci, chunk->seq, false);
   if (!c || c->state() == CachedChunk::State::kFailed) return nullptr;
   if (off + len > ci * kChunkBytes + c->capacity) return nullptr;  // ends in a hole
   return c;
 }
 
-
-std::shared_ptr<CachedChunk> FileSystem::Impl::StartChunkLoad(const InodeRef& i, uint64_t ci,
-                                                              const ChunkState& cs, bool prefetch) {
+std::shared_ptr<CachedChunk> FileSystem::Impl::StartChunkLoad(
+    const InodeRef& i, uint64_t ci, uint64_t seq, const std::vector<index::FileExtent>& extents,
+    bool prefetch) {
   const uint64_t cstart = ci * kChunkBytes;
   // The chunk's bytes each extent holds, in order; the entry ends where the
   // last one does.
   std::vector<std::pair<uint64_t, uint64_t>> covered;
   uint64_t capacity = 0;
-  for (const auto& fe : cs.extents) {
+  for (const auto& fe : extents) {
     covered.push_back({fe.file_off - cstart, fe.file_off - cstart + fe.ext.len});
     capacity = std::max(capacity, covered.back().second);
   }
-  auto entry = ram_->chunks().StartLoad(i->token, ci, cs.installed_seq, capacity, prefetch);
+  auto entry = ram_->chunks().StartLoad(i->token, ci, seq, capacity, prefetch);
   if (!entry) return nullptr;
   // Cache memory is reused, not fresh: what no extent covers (a hole) must
   // read as zeros.
@@ -74,75 +72,12 @@ void FileSystem::Impl::PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>
 
 // ------------------------------------------------------------ file memory
 
-namespace {
-
-// Calls fn(chunk index, version) for each chunk of `i` in order; false (at
-// the first such chunk) if one has no version to hold: staged bytes may
-// still change, and a failed chunk has none. A version being written will
-// not change (and is installed under its own number when its writes
-// complete). REQUIRES: i.mu held.
-template <typename Fn>
-bool EachChunkVersion(const InodeState& i, Fn&& fn) {
-  for (const auto& [ci, cs] : i.chunks) {
-    if (cs.staged || (cs.failed && !cs.inflight)) return false;
-    fn(ci, cs.inflight ? cs.inflight->seq : cs.installed_seq);
-  }
-  return true;
-}
-
-// Whether `i` is now at version `v`, with no copy made (asked per read).
-bool IsAtVersion(const InodeState& i, const MemoryVersion& v) {
-  if (i.rec.size != v.size || i.chunks.size() != v.chunks.size()) return false;
-  auto want = v.chunks.begin();
-  bool same = true;
-  return EachChunkVersion(i, [&](uint64_t ci, uint64_t seq) {
-           same = same && want->first == ci && want->second == seq;
-           ++want;
-         }) &&
-         same;
-}
-
-// Zeroes the bytes of [0, size) at `data` that no extent of `i` and no
-// chunk being written covers (what StartMemoryLoad does not write).
-// REQUIRES: i.mu held.
-void ClearUncovered(const InodeState& i, uint64_t size, char* data) {
-  std::vector<std::pair<uint64_t, uint64_t>> covered;
-  for (const auto& [ci, cs] : i.chunks) {
-    const uint64_t cstart = ci * kChunkBytes;
-    if (cs.inflight) {
-      covered.push_back({cstart, cstart + kChunkBytes});
-    } else {
-      for (const auto& fe : cs.extents) covered.push_back({fe.file_off, fe.file_off + fe.ext.len});
-    }
-  }
-  std::sort(covered.begin(), covered.end());
-  uint64_t pos = 0;
-  for (const auto& [a, b] : covered) {
-    if (a >= size) break;
-    if (a > pos) std::memset(data + pos, 0, a - pos);
-    pos = std::max(pos, b);
-  }
-  if (pos < size) std::memset(data + pos, 0, size - pos);
-}
-
-}  // namespace
-
-std::optional<MemoryVersion> FileSystem::Impl::CurrentMemoryVersion(const InodeState& i) {
-  MemoryVersion v;
-  v.size = i.rec.size;
-  v.chunks.reserve(i.chunks.size());
-  if (!EachChunkVersion(i, [&](uint64_t ci, uint64_t seq) { v.chunks.emplace_back(ci, seq); })) {
-    return std::nullopt;
-  }
-  return v;
-}
-
 std::shared_ptr<FileMemory> FileSystem::Impl::CurrentMemory(const InodeRef& i) {
   if (!ram_->memory()) return nullptr;
+  if (std::shared_ptr<FileMemory> s = i->data.served()) return s;  // the file's authority
   std::shared_ptr<FileMemory> m = ram_->memory()->Get(i->token);
   if (!m) return nullptr;
-  if (m->opens.load() > 0) return m;  // the file's authority while served
-  return IsAtVersion(*i, m->version()) ? m : nullptr;
+  return i->data.AtVersion(m->version(), i->rec.size) ? m : nullptr;
 }
 
 std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
@@ -152,85 +87,62 @@ std::shared_ptr<FileMemory> FileSystem::Impl::HeldMemory(const InodeRef& i) {
 }
 
 bool FileSystem::Impl::MemoryIsCurrent(const InodeRef& i, const FileMemory& m) {
-  return m.state() == FileMemory::State::kReady && IsAtVersion(*i, m.version());
+  return m.state() == FileMemory::State::kReady && i->data.AtVersion(m.version(), i->rec.size);
 }
 
 bool FileSystem::Impl::MemoryEligible(const InodeRef& i) {
   return ram_->memory() && i->is_reg() && !i->deleted && i->rec.size >= kMinFileMemoryBytes &&
          i->rec.size <= options_.prefetch_file_max_bytes && !verifier_.enabled() &&
-         EachChunkVersion(*i, [](uint64_t, uint64_t) {});
+         i->data.HasVersion();
+}
+
+std::function<void(Status)> FileSystem::Impl::LoadCompletion(const InodeRef& i, size_t reads,
+                                                            uint64_t bytes,
+                                                            std::function<void(bool ok)> finish) {
+  struct Load {
+    Countdown reads;
+    InodePin pin;
+    std::chrono::steady_clock::time_point start;
+    uint64_t bytes = 0;
+    std::function<void(bool)> finish;
+  };
+  auto load = std::make_shared<Load>();
+  load->reads.Reset(reads);
+  load->pin = table_.Pin(i);  // until the load completes
+  load->start = std::chrono::steady_clock::now();
+  load->bytes = bytes;
+  load->finish = std::move(finish);
+  i->data.BeginRead();  // its extents stay allocated until it ends
+  return [this, load](Status st) {
+    if (!load->reads.Finish(st)) return;
+    const bool ok = load->reads.first().ok();
+    metrics_.Record(Op::kPrefetch, ElapsedNs(load->start), load->bytes);
+    if (!ok) metrics_.Error(EIO);
+    load->finish(ok);
+    FinishDeviceRead(std::move(load->pin));
+  };
 }
 
 std::shared_ptr<FileMemory> FileSystem::Impl::StartMemoryLoad(
     const InodeRef& i, bool prefetch, std::vector<device::IoRequest>* reqs) {
-  std::optional<MemoryVersion> v = CurrentMemoryVersion(*i);
+  std::optional<MemoryVersion> v = i->data.Version(i->rec.size);
   if (!v) return nullptr;
-  // Extents cover whole blocks, maybe past the size (a truncate within a
-  // block): the mapping holds every byte a device read writes.
-  uint64_t end = v->size;
-  for (const auto& [ci, cs] : i->chunks) {
-    for (const auto& fe : cs.extents) end = std::max(end, fe.file_off + fe.ext.len);
-  }
-  Result<std::shared_ptr<FileMemory>> made = ram_->memory()->Make(*v, AlignUp(end, kBlockSize), prefetch);
+  Result<std::shared_ptr<FileMemory>> made =
+      ram_->memory()->Make(*v, i->data.MemoryBytes(v->size), prefetch);
   if (!made.ok()) return nullptr;
   std::shared_ptr<FileMemory> m = std::move(*made);
   if (!ram_->memory()->Insert(i->token, m, prefetch)) return nullptr;
-  // Kept memory holds a former file's bytes: what neither a device read
-  // nor a copy below writes (holes) must read as zeros.
-  if (!m->zeroed()) ClearUncovered(*i, v->size, m->data());
-  struct Load {
-    Countdown reads;
-    std::shared_ptr<FileMemory> memory;
-    InodePin pin;
-  };
-  // A version still being written is copied from its buffer (the device
-  // may not have it yet); the rest is read from the device.
-  size_t n = 0;
-  for (const auto& [ci, cs] : i->chunks) {
-    const uint64_t cstart = ci * kChunkBytes;
-    if (cs.inflight) {
-      if (cstart < v->size) {
-        const uint64_t hi = std::min(kChunkBytes, v->size - cstart);
-        cs.inflight->CopyOut(0, hi, m->data() + cstart);
-      }
-    } else {
-      n += cs.extents.size();
-    }
-  }
-  if (n == 0) {  // in memory already, or holes: the memfd's zeros
+  const size_t n = i->data.LoadReads();
+  if (n == 0) {  // in memory already, or holes: zeros
+    i->data.LoadInto(m, v->size, nullptr, reqs);
     m->Finish(true);
     return m;
   }
-  auto load = std::make_shared<Load>();
-  load->reads.Reset(n);
-  load->memory = m;
-  load->pin = table_.Pin(i);  // until the load completes
-  i->reads_inflight++;
-  const auto start = std::chrono::steady_clock::now();
-  const uint64_t size = m->version().size;
-  for (const auto& [ci, cs] : i->chunks) {
-    if (cs.inflight) continue;
-    for (const auto& fe : cs.extents) {
-      device::IoRequest r;
-      r.op = device::IoOp::kRead;
-      r.device = fe.ext.device;
-      r.byte_off = fe.ext.byte_off;
-      r.buf = m->data() + fe.file_off;
-      r.len = fe.ext.len;
-      r.group = m.get();  // a reader that waits for it promotes it
-      r.done = [this, load, start, size](Status st) {
-        if (!load->reads.Finish(st)) return;
-        const bool ok = load->reads.first().ok();
-        metrics_.Record(Op::kPrefetch, ElapsedNs(start), size);
-        if (!ok) metrics_.Error(EIO);
-        // A failed load stays as the version's entry (its pages given
-        // back): reads of the file then go through the chunk cache.
-        load->memory->Finish(ok);
-        FinishDeviceRead(std::move(load->pin));
-      };
-      reqs->push_back(std::move(r));
-    }
-  }
+  // A failed load stays as the version's entry (its pages given back):
+  // reads of the file then go through the chunk cache. Each read holds the
+  // memory it reads into until it completes.
+  i->data.LoadInto(m, v->size,
+                   LoadCompletion(i, n, v->size, [m](bool ok) { m->Finish(ok); }), reqs);
   return m;
 }
 
@@ -282,51 +194,28 @@ uint64_t FileSystem::Impl::PrefetchLocked(const InodeRef& inode, std::vector<dev
 uint64_t FileSystem::Impl::LoadChunksLocked(const InodeRef& inode, uint64_t first, uint64_t end,
                                             std::vector<device::IoRequest>* reqs,
                                             std::vector<std::shared_ptr<CachedChunk>>* entries) {
-  // One chunk's load: its extents' reads, then the entry is finished and
-  // the pin that kept the inode given back.
-  struct Load {
-    Countdown reads;
-    std::shared_ptr<CachedChunk> entry;
-    InodePin pin;
-  };
   uint64_t bytes = 0;
-  for (auto it = inode->chunks.lower_bound(first); it != inode->chunks.end() && it->first < end;
-       ++it) {
-    const uint64_t ci = it->first;
-    const ChunkState& cs = it->second;
-    if (cs.staged || cs.inflight || cs.extents.empty()) continue;
+  for (const InstalledChunk& chunk : inode->data.InstalledChunks(first, end)) {
     if (SpeculativeBytes() >= options_.prefetch_budget_bytes) break;
-    const uint64_t cstart = ci * kChunkBytes;
-    auto entry = StartChunkLoad(inode, ci, cs, true);
+    const uint64_t cstart = chunk.ci * kChunkBytes;
+    auto entry = StartChunkLoad(inode, chunk.ci, chunk.seq, chunk.extents, true);
     if (!entry) continue;  // cached already, or no room
     bytes += entry->capacity;
     if (entries != nullptr) entries->push_back(entry);
-    auto load = std::make_shared<Load>();
-    load->reads.Reset(cs.extents.size());
-    load->entry = entry;
-    load->pin = table_.Pin(inode);  // until the load completes
-    inode->reads_inflight++;
-    const auto start = std::chrono::steady_clock::now();
-    for (const auto& fe : cs.extents) {
-      device::IoRequest r;
-      r.op = device::IoOp::kRead;
-      r.device = fe.ext.device;
-      r.byte_off = fe.ext.byte_off;
-      r.buf = entry->data.get() + (fe.file_off - cstart);
-      r.len = fe.ext.len;
-      r.group = entry.get();  // a reader that waits for it promotes it
-      r.done = [this, load, fe, buf = r.buf, start](Status st) {
-        if (st.ok() && verifier_.enabled()) {
-          st = verifier_.Check(load->pin->ino, fe, static_cast<const char*>(buf));
-        }
-        if (!load->reads.Finish(st)) return;
-        const bool ok = load->reads.first().ok();
-        metrics_.Record(Op::kPrefetch, ElapsedNs(start), load->entry->capacity);
-        if (!ok) metrics_.Error(EIO);
-        load->entry->Finish(ok);
-        FinishDeviceRead(std::move(load->pin));
-      };
-      reqs->push_back(std::move(r));
+    // One chunk's load: its extents' reads (each checked with verify=on),
+    // then the entry is finished.
+    std::function<void(Status)> done = LoadCompletion(
+        inode, chunk.extents.size(), entry->capacity, [entry](bool ok) { entry->Finish(ok); });
+    for (const auto& fe : chunk.extents) {
+      // Each read holds the entry it reads into until it completes.
+      char* buf = entry->data.get() + (fe.file_off - cstart);
+      reqs->push_back(FileData::ReadInto(
+          entry, buf, fe.ext.device, fe.ext.byte_off, fe.ext.len,
+          [this, done, fe, buf, ino = inode->ino](Status st) {
+            if (st.ok() && verifier_.enabled()) st = verifier_.Check(ino, fe, buf);
+            done(st);
+          },
+          entry.get()));
     }
   }
   return bytes;
@@ -345,19 +234,13 @@ void FileSystem::Impl::ReadAheadLocked(const InodeRef& i, uint64_t off, uint64_t
   if (options_.prefetch == PrefetchMode::kOff || i->rec.size <= options_.prefetch_file_max_bytes) {
     return;
   }
-  const bool sequential = off == i->read_end;
-  i->read_end = off + len;
-  if (!sequential) {
-    i->read_ahead_to = 0;
-    return;
-  }
-  const uint64_t to = std::min(i->rec.size, off + len + kReadAheadBytes);
-  const uint64_t from = std::max(off + len, i->read_ahead_to);
-  // Keep the window full, a chunk at a time, not a window at a time.
-  if (from >= to) return;
+  const std::optional<std::pair<uint64_t, uint64_t>> ahead =
+      i->data.NextReadAhead(off, len, i->rec.size, kReadAheadBytes);
+  if (!ahead) return;
   if (SpeculativeBytes() >= options_.prefetch_budget_bytes) return;
+  const auto [from, to] = *ahead;
   LoadChunksLocked(i, from / kChunkBytes, (to + kChunkBytes - 1) / kChunkBytes, reqs, entries);
-  i->read_ahead_to = AlignUp(to, kChunkBytes);
+  i->data.ReadAheadTo(AlignUp(to, kChunkBytes));
 }
 
 void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
@@ -370,7 +253,7 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
     // (they pin it themselves until they end).
     InodePin pin = table_.PinIfCurrent(inode);
     if (!pin) continue;
-    std::lock_guard<std::mutex> l(inode->mu);
+    MutexLock l(inode->mu());
     PrefetchLocked(inode, &reqs, &entries);
   }
   if (!reqs.empty()) sched_->Submit(io::Lane::kPrefetch, reqs);
@@ -392,7 +275,7 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
     const InodeRef& inode = i->ref();
     uint64_t started = 0;
     {
-      std::lock_guard<std::mutex> l(inode->mu);
+      MutexLock l(inode->mu());
       if (!inode->orphan) started = PrefetchLocked(inode, &reqs, &entries);
     }
     if (started > 0) {
@@ -408,7 +291,7 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
 Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   if (!i->is_dir()) {
-    std::lock_guard<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     PrefetchLocked(i);
     return Status::OK();
   }
@@ -424,7 +307,7 @@ Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
     if (SpeculativeBytes() >= options_.prefetch_budget_bytes) break;
     auto child = table_.Get(c);
     if (!child.ok()) continue;
-    std::lock_guard<std::mutex> l((*child)->mu);
+    MutexLock l((*child)->mu());
     if ((*child)->is_reg()) PrefetchLocked(*child);
   }
   return Status::OK();

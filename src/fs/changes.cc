@@ -50,22 +50,25 @@ void FileSystem::Impl::SettleOrphans(Change& c) {
     if (std::find(c.orphan_puts.begin(), c.orphan_puts.end(), i->ino) == c.orphan_puts.end()) {
       continue;
     }
-    std::unique_lock<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     i->orphan_queued = true;
     // Its last handle closed between NameChange's drop of its name and now: Release left the
     // delete to this, so that it queues after the change above.
-    if (i->orphan && !i->deleted && table_.opens(*i) == 0) DeleteOrphan(i, l);
+    if (i->orphan && !i->deleted && table_.opens(*i) == 0) {
+      std::shared_ptr<Change> d = OrphanDelete(i);
+      l.Unlock();
+      Enqueue(d);
+    }
   }
 }
 
-void FileSystem::Impl::DeleteOrphan(const InodeRef& inode, std::unique_lock<std::mutex>& lock) {
+std::shared_ptr<Change> FileSystem::Impl::OrphanDelete(const InodeRef& inode) {
   inode->orphan = false;
   inode->deleted = true;
   auto c = NewChange();
   c->deletes.push_back(inode);
   c->orphan_deletes.push_back(inode->ino);
-  lock.unlock();
-  Enqueue(c);
+  return c;
 }
 
 void FileSystem::Impl::QueueNameChange(const NameChange& change) {
@@ -77,76 +80,37 @@ std::shared_ptr<Change> FileSystem::Impl::QueueDataChange(const InodeRef& inode,
   auto c = NewChange();
   c->inodes.push_back(inode);
   c->sync = sync;
-  if (inode->inflight_writes > 0) {
-    c->gates = 1;
-    inode->gated.push_back(c);
-  }
+  inode->data.Gate(c);  // captured once the writes in flight now completed
   return c;  // the caller adds waiters, then Enqueue()s
 }
 
-void FileSystem::Impl::WriteOutAndQueue(const InodeRef& inode, std::unique_lock<std::mutex>& lock) {
+std::shared_ptr<Change> FileSystem::Impl::WriteOut(const InodeRef& inode) {
   SubmitAllStaged(inode);
-  if (inode->inflight_writes > 0 || inode->data_change_queued) {
-    auto c = QueueDataChange(inode, false);
-    lock.unlock();
-    Enqueue(c);
+  if (inode->data.writes_in_flight() > 0 || inode->data.change_queued()) {
+    return QueueDataChange(inode, false);
   }
+  return nullptr;
 }
 
-// Captures the live record of `inode` for the index. The size is held back
-// to the start of the first chunk past the last captured size whose new data
-// is not written yet, so a crash never shows a grown file with a hole where
-// unwritten data should be; and held up to the end of an extent a truncate
-// cut whose chunk's new head is not written yet, so a crash never shows the
-// kept head as zeros. REQUIRES: inode->mu held.
-static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) {
+// Captures the live record of `inode` for the index: the record, and for
+// a regular file its data's half (FileData::Capture: the size it may have
+// and the extents it names; the replaced extents to free once committed).
+static index::Inode CaptureRecord(InodeState& x, std::vector<Extent>* frees) REQUIRES(x.mu()) {
   index::Inode r = x.rec;
   r.extents.clear();
   r.nlink = x.durable_nlink;
   if (x.is_dir()) r.size = x.durable_size;
   if (x.is_reg()) {
-    uint64_t size = x.rec.size;
-    const uint64_t durable = x.durable_size;
-    for (const auto& [ci, cs] : x.chunks) {
-      if ((cs.staged || cs.inflight || cs.failed) && (ci + 1) * kChunkBytes > durable) {
-        size = std::min(size, std::max(durable, ci * kChunkBytes));
-        break;
-      }
-    }
-    uint64_t limit = AlignUp(size, kBlockSize);
-    // A truncate that cut inside an extent staged the chunk's head, to be
-    // written as a new extent; until that is installed the old extent is
-    // the only copy of the head's bytes. The record keeps it, and its size
-    // reaches the extent's end or the old size (a prefix of the old file, as
-    // growth is held back above), or a crash would leave the new size over zeros.
-    for (const auto& [ci, cs] : x.chunks) {
-      if (!cs.staged && !cs.inflight) continue;
-      for (const index::FileExtent& fe : cs.extents) {
-        if (fe.file_off < limit && fe.file_off + fe.ext.len > limit) {
-          // Not past the old size: the extent's last block may hold more.
-          size = std::min(fe.file_off + fe.ext.len, std::max(size, durable));
-          limit = std::max(limit, fe.file_off + fe.ext.len);
-        }
-      }
-    }
-    for (const auto& [ci, cs] : x.chunks) {
-      for (const index::FileExtent& fe : cs.extents) {
-        if (fe.file_off + fe.ext.len <= limit) r.extents.push_back(fe);
-      }
-    }
-    r.size = size;
-    x.durable_size = size;
+    r.size = x.data.Capture(x.rec.size, x.durable_size, &r.extents, frees);
+    x.durable_size = r.size;
   }
-  frees->insert(frees->end(), x.free_pending.begin(), x.free_pending.end());
-  x.free_pending.clear();
-  x.data_change_queued = false;
   x.atime_dirty = false;  // the record carries it
   return r;
 }
 
 void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
   for (const Change::Delta& d : c.deltas) {
-    std::lock_guard<std::mutex> l(d.inode->mu);
+    MutexLock l(d.inode->mu());
     d.inode->durable_size = static_cast<uint64_t>(static_cast<int64_t>(d.inode->durable_size) + d.size);
     d.inode->durable_nlink = static_cast<uint32_t>(static_cast<int32_t>(d.inode->durable_nlink) + d.nlink);
   }
@@ -161,7 +125,7 @@ void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
     std::vector<Extent> frees;
     index::Inode rec;
     {
-      std::lock_guard<std::mutex> l(inode->mu);
+      MutexLock l(inode->mu());
       // A data change enqueued by a write completion can land behind the
       // unlink that deleted the file; putting the record then would
       // resurrect it, nameless (found by fsck.kvfs as an unreachable inode).
@@ -174,14 +138,9 @@ void FileSystem::Impl::BuildChange(Change& c, index::WriteBatch& batch) {
   for (auto& inode : c.deletes) {
     std::vector<Extent> frees;
     {
-      std::lock_guard<std::mutex> l(inode->mu);
+      MutexLock l(inode->mu());
       inode->delete_built = true;
-      for (auto& [ci, cs] : inode->chunks) {
-        for (const auto& fe : cs.extents) frees.push_back(fe.ext);
-        cs.extents.clear();
-      }
-      frees.insert(frees.end(), inode->free_pending.begin(), inode->free_pending.end());
-      inode->free_pending.clear();
+      inode->data.TakeAll(&frees);
     }
     batch.DeleteInode(inode->rec.ino);
     ram_->chunks().EraseOwner(inode->token);
@@ -215,12 +174,8 @@ void FileSystem::Impl::FreeNow(const std::vector<Extent>& extents) {
 
 void FileSystem::Impl::FreeAfterReads(const InodeRef& inode, std::vector<Extent> extents) {
   {
-    std::lock_guard<std::mutex> l(inode->mu);
-    if (inode->reads_inflight > 0) {
-      inode->free_after_reads.insert(inode->free_after_reads.end(), extents.begin(),
-                                     extents.end());
-      return;
-    }
+    MutexLock l(inode->mu());
+    if (inode->data.KeepForReads(extents)) return;  // freed by the last read's end
   }
   FreeNow(extents);
 }
@@ -228,8 +183,8 @@ void FileSystem::Impl::FreeAfterReads(const InodeRef& inode, std::vector<Extent>
 void FileSystem::Impl::FinishDeviceRead(InodePin pin) {
   std::vector<Extent> frees;
   {
-    std::lock_guard<std::mutex> l(pin->mu);
-    if (--pin->reads_inflight == 0) frees.swap(pin->free_after_reads);
+    MutexLock l(pin->mu());
+    frees = pin->data.EndRead();
   }
   FreeNow(frees);
   // `pin` goes here: the inode may leave the table.

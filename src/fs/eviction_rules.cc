@@ -16,11 +16,8 @@ constexpr int kMaxScopeDepth = 4096;
 bool EvictionRules::Protected(const InodeState& v, const InodeTable& table) {
   if (!v.is_reg() || v.deleted || v.orphan) return true;
   if (table.opens(v) > 0) return true;
-  if (v.inflight_writes > 0 || v.data_change_queued || !v.gated.empty()) return true;
-  for (const auto& [ci, cs] : v.chunks) {
-    if (cs.staged || cs.inflight) return true;
-  }
-  return false;
+  // Staged, being written, or written and not yet named by the index.
+  return !v.data.Quiescent();
 }
 
 bool EvictionRules::InScope(uint64_t dir) const {
@@ -28,7 +25,7 @@ bool EvictionRules::InScope(uint64_t dir) const {
   for (int depth = 0; depth < kMaxScopeDepth && dir != 0; ++depth) {
     Result<InodeRef> d = table_.Get(dir);
     if (!d.ok()) return false;
-    std::lock_guard<std::mutex> l((*d)->mu);
+    MutexLock l((*d)->mu());
     for (const index::Xattr& x : (*d)->rec.xattrs) {
       if (x.name == index::kEvictXattr) return x.value == kScopeValue;  // the nearest mark decides
     }
@@ -46,7 +43,7 @@ EvictionRules::Verdict EvictionRules::Judge(const VictimOrder::Candidate& c, int
   Result<InodeRef> v = table_.Get(c.ino);
   if (!v.ok()) return Verdict::kKeep;
   {
-    std::lock_guard<std::mutex> l((*v)->mu);
+    MutexLock l((*v)->mu());
     if (Protected(**v, table_)) return Verdict::kKeep;
     // Used since the order offered it (getattr and read take no ns_mu_):
     // not where the order put it any more.

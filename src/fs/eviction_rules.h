@@ -7,7 +7,8 @@
 //     file; an unlinked open file has no name to evict);
 //   - a file open by anyone;
 //   - a file with staged, in-flight or uncommitted data (its data would
-//     be freed under the write, and its name is the only way back to it);
+//     be freed under the write, and its name is the only way back to it):
+//     its FileData says so (Quiescent);
 //   - a file used since the order offered it (no longer the oldest);
 //   - with scope=xattr, a file with no ancestor directory whose nearest
 //     user.kvfs.evict mark says "lru".
@@ -43,8 +44,8 @@ class EvictionRules {
                 uint64_t* bytes) const;
 
   // Whether `v` must stay whatever its age and place: not a regular file
-  // with a name, open, or data not yet committed. REQUIRES: v.mu held.
-  static bool Protected(const InodeState& v, const InodeTable& table);
+  // with a name, open, or data not yet committed (FileData::Quiescent).
+  static bool Protected(const InodeState& v, const InodeTable& table) REQUIRES(v.mu());
   // scope=xattr: whether directory `dir` or its nearest ancestor with
   // user.kvfs.evict says "lru" (always true with scope=mount).
   // REQUIRES: ns_mu_ held; no inode's mu held.

@@ -133,7 +133,7 @@ void FileMemoryCache::EvictLocked(uint64_t need, bool prefetch,
     --it;
     auto s = slots_.find(*it);
     const FileMemory& v = *s->second.memory;
-    if (v.opens.load() > 0 || v.pending.load() > 0 || v.state() == FileMemory::State::kLoading) {
+    if (v.serves_opens() || v.awaited() || v.state() == FileMemory::State::kLoading) {
       continue;
     }
     // A speculative load is not pushed out by another speculative load
@@ -157,7 +157,7 @@ bool FileMemoryCache::Insert(uint64_t owner, const std::shared_ptr<FileMemory>& 
     if (same != slots_.end()) {
       // Opens served from the entry read and write it: it stays the
       // file's memory until the last of them is released.
-      if (same->second.memory->opens.load() > 0) {
+      if (same->second.memory->serves_opens()) {
         no_room_.fetch_add(1, std::memory_order_relaxed);
         return false;
       }
@@ -204,7 +204,7 @@ void FileMemoryCache::Erase(uint64_t owner, const FileMemory* m) {
   auto it = slots_.find(owner);
   if (it == slots_.end()) return;
   if (m != nullptr && it->second.memory.get() != m) return;
-  if (it->second.memory->opens.load() > 0 || it->second.memory->pending.load() > 0) return;
+  if (it->second.memory->serves_opens() || it->second.memory->awaited()) return;
   EraseLocked(it, &gone);
 }
 
@@ -213,7 +213,7 @@ void FileMemoryCache::Clear() {
   MutexLock l(mu_);
   for (auto it = slots_.begin(); it != slots_.end();) {
     auto next = std::next(it);
-    if (it->second.memory->opens.load() == 0) EraseLocked(it, &gone);
+    if (!it->second.memory->serves_opens()) EraseLocked(it, &gone);
     it = next;
   }
 }

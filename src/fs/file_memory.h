@@ -11,8 +11,9 @@
 //
 // Versions: an entry is valid for the file version it was loaded from (its
 // size and each chunk's installed version, MemoryVersion). While opens are
-// served from it (opens() > 0) it is the file's authority instead: writes
-// through those opens land in it, and fs/ writes them out.
+// served from it (serves_opens(); the protocol is the file's FileData's,
+// fs/file_data.h) it is the file's authority instead: writes through those
+// opens land in it, and fs/ writes them out.
 //
 // Lifetime: the cache holds one reference per file (keyed by the owning
 // InodeState's token); handles served from an entry hold more. Dropping
@@ -39,17 +40,11 @@
 
 #include "common/mutex.h"
 #include "common/status.h"
+#include "fs/file_data.h"  // MemoryVersion
 #include "fs/memory_pool.h"
 
 namespace kvfs::fs {
 
-// The file version a FileMemory holds: its size and, by chunk index, each
-// chunk's installed version.
-struct MemoryVersion {
-  uint64_t size = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> chunks;
-  bool operator==(const MemoryVersion&) const = default;
-};
 
 class FileMemory {
  public:
@@ -91,13 +86,12 @@ class FileMemory {
   // The id made by ExportId, or 0.
   int export_id() const;
 
-  // Opens served from this entry, and opens waiting for its load to be
-  // served (changed by fs/ under the inode's lock).
-  std::atomic<int> opens{0};
-  std::atomic<int> pending{0};
-  // A writable open was served from it: its bytes may be newer than the
-  // device's, and after the last such open it is dropped.
-  std::atomic<bool> written{false};
+  // Opens are served from it (the file's authority then: writes through
+  // them land in it), or wait for its load to be served. Published by the
+  // owning file's FileData (fs/file_data.h), which alone keeps the counts,
+  // under the inode's lock; read by the cache, which keeps such an entry.
+  bool serves_opens() const { return serves_opens_.load(std::memory_order_acquire); }
+  bool awaited() const { return awaited_.load(std::memory_order_acquire); }
   // Loaded speculatively and not used yet (the prefetch budget).
   std::atomic<bool> unused_prefetch{false};
   // Held by a write-out of the bytes to the file (fs/file_ops.cc), so
@@ -106,6 +100,8 @@ class FileMemory {
   Mutex& writeout_mu() RETURN_CAPABILITY(writeout_mu_) { return writeout_mu_; }
 
  private:
+  friend class FileData;  // the one writer of serves_opens_ and awaited_
+
   const std::shared_ptr<MemoryPool> pool_;
   const int fd_;
   char* const data_;
@@ -119,6 +115,8 @@ class FileMemory {
   std::vector<std::function<void(bool)>> waiters_ GUARDED_BY(mu_);
   // Its export id and release hook live in the block.
   std::unique_ptr<MemoryBlock> block_ GUARDED_BY(mu_);
+  std::atomic<bool> serves_opens_{false};
+  std::atomic<bool> awaited_{false};
 };
 
 struct FileMemoryCounters {

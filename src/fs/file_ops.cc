@@ -39,7 +39,7 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
     KVFS_ASSIGN_OR_RETURN(file, AddChild(parent, name, S_IFREG | (mode & 07777), caller));
   }
   const uint64_t fh = handles_.Add(Handle{file, flags, nullptr});
-  std::lock_guard<std::mutex> l(file->mu);  // its name is visible: others may use it
+  MutexLock l(file->mu());  // its name is visible: others may use it
   return Created{ToAttr(file->rec), fh};
 }
 
@@ -47,7 +47,7 @@ Result<uint64_t> FileSystem::Impl::Open(uint64_t ino, int flags, KillPriv* kill,
                                         const Caller* check) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   {
-    std::unique_lock<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     KVFS_RETURN_IF_ERROR(MayAccessLocked(i, check, WantOfOpen(flags)));
     KVFS_RETURN_IF_ERROR(OpenLocked(i, flags, kill, nullptr));
   }
@@ -72,7 +72,7 @@ Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, KillPriv* kill
   const uint32_t mode =
       kill && (flags & O_TRUNC) ? KillSuidGidFor(i->rec.mode, i->rec.gid, *kill) : i->rec.mode;
   if (served && !pending && (flags & O_TRUNC)) {
-    KVFS_RETURN_IF_ERROR(ResizeServedMemory(i, 0, false));
+    KVFS_RETURN_IF_ERROR(i->data.ResizeServed(0, false));
   }
   if (((flags & O_TRUNC) && i->rec.size > 0) || mode != i->rec.mode) {
     // The kernel checked write permission for O_TRUNC, even with O_RDONLY
@@ -86,12 +86,11 @@ Status FileSystem::Impl::OpenLocked(const InodeRef& i, int flags, KillPriv* kill
   if (!served && (flags & O_ACCMODE) != O_WRONLY && options_.prefetch != PrefetchMode::kOff) {
     PrefetchLocked(i);
   }
-  table_.AddOpen(*i);  // under i->mu: see NameChange::DropName
+  table_.AddOpen(*i);  // under i->mu(): see NameChange::DropName
   if (served && pending) {
-    served->pending.fetch_add(1);
+    i->data.AddPending(served);
   } else if (served) {
-    served->opens.fetch_add(1);
-    if ((flags & O_ACCMODE) != O_RDONLY) served->written.store(true);
+    i->data.AddServed((flags & O_ACCMODE) != O_RDONLY);
     ram_->memory()->NoteServed(*served, i->rec.size);
   }
   return Status::OK();
@@ -112,18 +111,18 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill, const
   std::shared_ptr<FileMemory> m;
   std::vector<device::IoRequest> reqs;
   {
-    std::unique_lock<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     if (Status may = MayAccessLocked(i, check, WantOfOpen(flags)); !may.ok()) {
-      l.unlock();
+      l.Unlock();
       return done(may);
     }
-    std::shared_ptr<FileMemory> held = ram_->memory()->Get(i->token);
-    if (held && held->opens.load() > 0) {
+    if (std::shared_ptr<FileMemory> held = i->data.served()) {
       // The kernel's rule: while an open is served from the file's memory,
       // every open is, whatever its flags (a writer's bytes land there and
       // are written out by Flush, Fsync and Release).
+      ram_->memory()->Get(i->token);  // a use, in the cache's order
       Status st = OpenLocked(i, flags, kill, held);
-      l.unlock();
+      l.Unlock();
       if (!st.ok()) return done(st);
       return done(Opened{AddOpenHandle(i, flags, held), held});
     }
@@ -134,29 +133,28 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill, const
     const bool reader = (flags & O_ACCMODE) == O_RDONLY && (flags & O_TRUNC) == 0;
     if (reader && !i->is_dir() && MemoryEligible(i)) {
       std::shared_ptr<FileMemory> cur = CurrentMemory(i);
-      const int waiting = cur ? cur->pending.load() : 0;
-      if (table_.opens(*i) == waiting &&
+      if (i->data.OthersServedFrom(cur.get(), table_.opens(*i)) &&
           !(cur && cur->state() == FileMemory::State::kFailed)) {
         m = cur ? std::move(cur) : StartMemoryLoad(i, /*prefetch=*/false, &reqs);
         if (m && !reqs.empty()) ram_->memory()->NoteOpenLoad(*m);
       }
     }
     if (!m) {
-      // Not served: counted as an open in this hold of i->mu, the one
+      // Not served: counted as an open in this hold of i->mu(), the one
       // that decided it. Counted later, an open decided in between could
       // be served (nothing else open), beside this ordinary one: the
       // kernel then fails the later of the two with EIO, or takes both,
       // and this open's writes reach the file while reads are served from
       // the memory, which keeps the old bytes.
       Status st = OpenLocked(i, flags, kill, nullptr);
-      l.unlock();
+      l.Unlock();
       if (!st.ok()) return done(st);
       KVFS_SYNC_POINT("FileSystem::OpenServed:NotServed");  // no lock held
       return done(Opened{AddOpenHandle(i, flags, nullptr), nullptr});
     }
     Status st = OpenLocked(i, flags, kill, m, /*pending=*/true);
     if (!st.ok()) {
-      l.unlock();
+      l.Unlock();
       if (!reqs.empty()) sched_->Submit(io::Lane::kRead, reqs);  // the load stays cached
       return done(st);
     }
@@ -168,56 +166,32 @@ void FileSystem::Impl::OpenServed(uint64_t ino, int flags, KillPriv* kill, const
   auto pin = std::make_shared<InodePin>(table_.Pin(i));  // while it waits
   WhenMemoryLoaded(m, [this, pin, m, flags, can_serve, done](bool ok) {
     const InodeRef& i = pin->ref();
-    std::unique_lock<std::mutex> l(i->mu);
-    // Counted as served before it stops counting as waiting: the cache
-    // (which drops an entry with neither, under its own lock, not i->mu)
-    // never sees `m` unused while this open may still be served from it.
-    const int others = m->opens.fetch_add(1);
-    m->pending.fetch_sub(1);
+    // The kernel is given the memory (BACKING_OPEN) before the inode's
+    // lock is taken: an open that ends up not served leaves it exported,
+    // as a served one's memory stays after its last close.
+    const bool exportable = ok && can_serve(*m);
+    MutexLock l(i->mu());
     // Still nothing open but opens served from (or waiting for) `m`, and
-    // `m` still the file's memory: served. Otherwise the open stays as
-    // counted, a handle like Open()'s.
-    const bool serve = ok && ram_->memory()->Get(i->token) == m &&
-                       table_.opens(*i) == m->opens.load() + m->pending.load() &&
-                       (others > 0 || MemoryIsCurrent(i, *m)) && can_serve(*m);
+    // `m` still the file's memory: served (FileData::EndPending).
+    // Otherwise the open stays as counted, a handle like Open()'s.
+    const bool serve =
+        i->data.EndPending(m, exportable && ram_->memory()->Get(i->token) == m,
+                           MemoryIsCurrent(i, *m), table_.opens(*i),
+                           (flags & O_ACCMODE) != O_RDONLY);
     KVFS_SYNC_POINT_ARG("FileSystem::OpenServed:Decided", ram_->memory());
-    if (serve) {
-      ram_->memory()->NoteServed(*m, i->rec.size);
-    } else {
-      m->opens.fetch_sub(1);
-    }
-    l.unlock();
+    if (serve) ram_->memory()->NoteServed(*m, i->rec.size);
+    l.Unlock();
     const uint64_t fh = handles_.Add(Handle{i, flags, serve ? m : nullptr});
     done(Opened{fh, serve ? m : nullptr});
   });
 }
 
 void FileSystem::Impl::ServedAttr(const InodeRef& i, Attr* a) {
-  if (!ram_->memory() || !i->is_reg()) return;
-  std::shared_ptr<FileMemory> m = ram_->memory()->Get(i->token);
-  if (!m || m->opens.load() == 0 || !m->written.load()) return;
-  struct stat st;
-  if (fstat(m->fd(), &st) != 0) return;
-  a->size = static_cast<uint64_t>(st.st_size);
+  ServedAttrs m;
+  if (!i->data.ServedAttrsOf(&m)) return;
+  a->size = m.size;
   a->blocks = AlignUp(a->size, kBlockSize) / 512;
-  a->mtime_ns = std::max<int64_t>(a->mtime_ns, st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
-}
-
-Status FileSystem::Impl::ResizeServedMemory(const InodeRef& i, uint64_t size, bool grow_only) {
-  if (!ram_->memory()) return Status::OK();
-  std::shared_ptr<FileMemory> m = ram_->memory()->Get(i->token);
-  // Served opens are counted only on a loaded memory: one still loading
-  // is the target of device reads, and is never resized under them.
-  if (!m || m->opens.load() == 0 || m->state() != FileMemory::State::kReady) {
-    return Status::OK();
-  }
-  struct stat st;
-  if (fstat(m->fd(), &st) != 0) return Status::Error(errno, "file memory");
-  if (grow_only && static_cast<uint64_t>(st.st_size) >= size) return Status::OK();
-  if (ftruncate(m->fd(), static_cast<off_t>(size)) != 0) {
-    return Status::Error(errno, "resizing file memory");
-  }
-  return Status::OK();
+  a->mtime_ns = std::max<int64_t>(a->mtime_ns, m.mtime_ns);
 }
 
 Status FileSystem::Impl::WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemory& m) {
@@ -237,7 +211,7 @@ Status FileSystem::Impl::WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemo
   if (fstat(m.fd(), &st) != 0) return Status::Error(errno, "file memory");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   {
-    std::lock_guard<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     if (size < i->rec.size) KVFS_RETURN_IF_ERROR(TruncateData(i, size));
   }
   // The whole file, as a writer would write it: kvfs cannot know which
@@ -263,12 +237,15 @@ Status FileSystem::Impl::Flush(uint64_t fh) {
   if (!h) return NoHandle("flush");
   if (!h->writable()) return Status::OK();
   if (h->memory) KVFS_RETURN_IF_ERROR(WriteOutMemory(fh, h->inode, *h->memory));
-  std::unique_lock<std::mutex> l(h->inode->mu);
-  WriteOutAndQueue(h->inode, l);
-  if (!l.owns_lock()) l.lock();
-  if (h->inode->write_error) {
-    return Status::Error(h->inode->write_error, "write-behind of inode " +
-                                                    std::to_string(h->inode->ino) + " failed");
+  const InodeRef& i = h->inode;
+  MutexLock l(i->mu());
+  if (std::shared_ptr<Change> c = WriteOut(i)) {
+    l.Unlock();
+    Enqueue(c);
+    l.Lock();
+  }
+  if (const int err = i->data.write_error()) {
+    return Status::Error(err, "write-behind of inode " + std::to_string(i->ino) + " failed");
   }
   return Status::OK();
 }
@@ -278,23 +255,22 @@ void FileSystem::Impl::Release(uint64_t fh) {
     // Also what a shared writable map changed after the last close.
     Status st = WriteOutMemory(fh, w->inode, *w->memory);
     if (!st.ok()) {
-      std::lock_guard<std::mutex> l(w->inode->mu);
-      if (!w->inode->write_error) w->inode->write_error = st.code() ? st.code() : EIO;
+      const InodeRef& i = w->inode;
+      MutexLock l(i->mu());
+      i->data.NoteWriteError(st.code());
     }
   }
   std::optional<Handle> h = handles_.Take(fh);
   if (!h) return;
   const InodeRef i = std::move(h->inode);
   if (h->memory) {
-    std::lock_guard<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     // The last served open of memory a writer used: its bytes are the
     // file's now (written out), and the next load reads them back.
-    if (h->memory->opens.fetch_sub(1) == 1 && h->memory->written.load()) {
-      ram_->memory()->Erase(i->token, h->memory.get());
-    }
+    if (i->data.ReleaseServed(*h->memory)) ram_->memory()->Erase(i->token, h->memory.get());
   }
   if (!table_.DropOpen(*i)) return;
-  std::unique_lock<std::mutex> l(i->mu);
+  MutexLock l(i->mu());
   SubmitAllStaged(i);
   // A stored key is loaded later, from kvfs (the connector's own memory
   // tier holds it meanwhile): memory of its size is made ahead of that load.
@@ -308,11 +284,17 @@ void FileSystem::Impl::Release(uint64_t fh) {
     // a change queued after the unlink's. If the unlink's change is not
     // queued yet, its SettleOrphans() queues the delete instead (taking
     // ns_.mu() here could wait behind a batch's walk).
-    if (i->orphan_queued) DeleteOrphan(i, l);
+    if (i->orphan_queued) {
+      std::shared_ptr<Change> d = OrphanDelete(i);
+      l.Unlock();
+      Enqueue(d);
+    }
     return;
   }
-  if (i->inflight_writes > 0 || i->data_change_queued) Enqueue(QueueDataChange(i, false));
-  l.unlock();
+  if (i->data.writes_in_flight() > 0 || i->data.change_queued()) {
+    Enqueue(QueueDataChange(i, false));
+  }
+  l.Unlock();
   table_.UnloadIfUnused(i);
 }
 
@@ -325,21 +307,21 @@ void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {
     if (!st.ok()) return done(st);
   }
   InodeRef i = std::move(h->inode);
-  std::unique_lock<std::mutex> l(i->mu);
+  MutexLock l(i->mu());
   SubmitAllStaged(i);
   auto c = QueueDataChange(i, /*sync=*/true);
   c->waiters.push_back([i, done = std::move(done)](Status st) {
     int err;
     {
-      std::lock_guard<std::mutex> l2(i->mu);
-      err = i->write_error;
+      MutexLock l2(i->mu());
+      err = i->data.write_error();
     }
     if (err) {
       return done(Status::Error(err, "write-behind of inode " + std::to_string(i->ino) + " failed"));
     }
     done(st);
   });
-  l.unlock();
+  l.Unlock();
   Enqueue(c);
 }
 
@@ -350,8 +332,8 @@ Status FileSystem::Impl::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t
   std::optional<Handle> h = handles_.Get(fh);
   if (!h) return NoHandle("fallocate");
   if (!h->writable()) return Status::Error(EBADF, "fallocate on a read-only handle");
-  std::unique_lock<std::mutex> l(h->inode->mu);
-  KVFS_RETURN_IF_ERROR(ResizeServedMemory(h->inode, off + len, /*grow_only=*/true));
+  MutexLock l(h->inode->mu());
+  KVFS_RETURN_IF_ERROR(h->inode->data.ResizeServed(off + len, /*grow_only=*/true));
   InodeState& i = *h->inode;
   const uint32_t mode_was = i.rec.mode;
   bool grew = false;
@@ -370,7 +352,7 @@ Status FileSystem::Impl::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t
   }
   if (grew || i.rec.mode != mode_was) {
     i.rec.ctime_ns = NowNs();
-    l.unlock();
+    l.Unlock();
     EnqueueRecord(h->inode);
   }
   return Status::OK();
@@ -392,14 +374,14 @@ void FileSystem::Impl::Read(uint64_t fh, uint64_t off, size_t size, ReadDone don
   std::vector<device::IoRequest> ahead;  // read-ahead of a large file
   std::vector<std::shared_ptr<CachedChunk>> ahead_entries;
   {
-    std::lock_guard<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     const uint64_t fsize = i->rec.size;
     if (size > 0) NoteUse(i, NowNs());
     if (off >= fsize || size == 0) return done(Status::OK(), {});
     len = std::min<uint64_t>(size, fsize - off);
     ReadAheadLocked(i, off, len, &ahead, &ahead_entries);
     if (std::shared_ptr<FileMemory> m = HeldMemory(i);
-        m && m->opens.load() == 0 && off + len <= m->mapped()) {
+        m && m != i->data.served() && off + len <= m->mapped()) {
       memory = std::move(m);
     } else {
       whole = CachedWhole(i, off, len);

@@ -103,9 +103,12 @@ Attr FileSystem::Impl::ToAttr(const index::Inode& rec) {
 
 Status FileSystem::Impl::FlushAll() {
   for (const InodeRef& i : table_.All()) {
-    std::unique_lock<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     if (!i->is_reg()) continue;
-    WriteOutAndQueue(i, l);
+    if (std::shared_ptr<Change> c = WriteOut(i)) {
+      l.Unlock();
+      Enqueue(c);
+    }
   }
   return committer_->Drain(false);
 }

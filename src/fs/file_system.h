@@ -257,8 +257,9 @@ class FileSystem {
   // file's memory, every open of that file is (until all are released),
   // whatever its flags; and one is served only when no other is open. A
   // read-only open of a file that fits waits for its load. `can_serve`
-  // (called under the file's lock) makes the memory usable by the kernel,
-  // or says it cannot be: the open is then like Open()'s. done runs once,
+  // (called with no lock of fs/ held, before the decision) makes the
+  // memory usable by the kernel, or says it cannot be: the open is then
+  // like Open()'s. done runs once,
   // inline or on an engine thread. `kill` as Open()'s; it must stay valid
   // until done runs. `check` as Open()'s; it is used only before
   // OpenServed returns.

@@ -5,6 +5,8 @@
 //   namespace.h        names ahead of the index, the namespace lock
 //   name_change.h      the one builder of name changes (link, unlink,
 //                      replace, move); name_observer.h hears them
+//   file_data.h        one regular file's data state (chunks, commands in
+//                      flight, served opens), under its inode's lock
 //   ram_cache.h        chunk cache and file memory with their memory
 //   staged_inodes.h, retained_pins.h  staging pressure, the pins of
 //                      loads without a lookup (prefetches, guesses)
@@ -26,6 +28,7 @@
 //   file_ops.cc        create/open/flush/release/fsync/fallocate, read(2)
 //   tmpfile_ops.cc     O_TMPFILE files and the one link that names them
 //   write_behind.cc    staging, chunk submission, chunk written, truncate
+//                      (the chunk states' side is FileData's)
 //   read_path.cc       planning and running reads (read(2) and ReadFile)
 //   cache_loads.cc     loading files into the RAM cache (prefetch, hints)
 //   prefetcher.*       the prefetch thread and its queues; readahead.h
@@ -81,11 +84,6 @@
 #include "io/scheduler.h"
 
 namespace kvfs::fs {
-
-// Appends the extents `alloc` (written, with checksums `crcs`) to chunk
-// `ci`'s installed extents, laid out from the chunk's start.
-void InstallExtents(ChunkState& cs, uint64_t ci, const std::vector<Extent>& alloc,
-                    const std::vector<uint32_t>& crcs);
 
 class FileSystem::Impl {
  public:
@@ -167,9 +165,9 @@ class FileSystem::Impl {
   // may be written: the rest of a last block read whole). Copies staged data
   // and zeros holes now. With work planned, counts a device read in flight
   // (reads_inflight), which ExecuteRead ends with FinishDeviceRead.
-  // REQUIRES: inode->mu held; off + len <= the file's size.
+  // REQUIRES: off + len <= the file's size.
   void PlanRead(const InodeRef& i, uint64_t off, uint64_t len, char* dst, uint64_t room,
-                ReadPlan* plan);
+                ReadPlan* plan) REQUIRES(i->mu());
   // Runs a plan with work; `pin` keeps `i` until FinishDeviceRead (the
   // caller submits plan.loads itself when it does not call this).
   // done(status) runs once, on an engine thread if anything went to the
@@ -227,8 +225,8 @@ class FileSystem::Impl {
   // --- atime.cc
   // A use of `i` (open for reading, read): records it for the eviction
   // policy (last_use_ns) and moves atime as options_.atime says, logging
-  // the inode for the next atime flush. Cheap: no lock beyond i->mu, and
-  // the log's only when the atime moves. REQUIRES: i->mu held.
+  // the inode for the next atime flush. Cheap: no lock beyond i->mu(), and
+  // the log's only when the atime moves. REQUIRES: i->mu() held.
   void NoteUse(const InodeRef& i, int64_t now_ns);
   // The AtimeLog's flush: queues record changes for the pinned inodes whose
   // atime is still dirty, kAtimeBatch per change.
@@ -240,7 +238,7 @@ class FileSystem::Impl {
   void StartEviction();
   // A use of `i` for the eviction order: lookup, getattr and the batch's
   // STAT (NoteUse covers open, read and READ). One atomic store, after the
-  // file's first use; nothing without eviction. REQUIRES: i.mu held.
+  // file's first use; nothing without eviction. REQUIRES: i.mu() held.
   void UsedForEviction(InodeState& i, int64_t now_ns) {
     VictimOrder* victims = eviction_.order();
     if (!victims || !i.is_reg()) return;
@@ -275,7 +273,7 @@ class FileSystem::Impl {
   // link count 2 for a directory, else 1; times `now`).
   index::Inode NewRecord(uint32_t mode, const Caller& caller, int64_t now);
   // A new inode's record in directory `parent` with S_ISGID takes the
-  // directory's group, and a directory's record S_ISGID. Takes parent.mu.
+  // directory's group, and a directory's record S_ISGID. Takes parent.mu().
   void InheritSetgid(InodeState& parent, index::Inode* rec);
   // whole_file_ops.cc: resolves `path` under `dir` for `caller` (search
   // permission on every directory walked; syntax by SplitPath, fs/path.h).
@@ -305,20 +303,23 @@ class FileSystem::Impl {
   // Queues a built name change: its entries become pending, then the
   // committer has it.
   void QueueNameChange(const NameChange& change) REQUIRES(ns_.mu());
-  // Queues a change that captures `inode`'s data once every write in flight
-  // now has completed. REQUIRES: inode->mu held.
-  std::shared_ptr<Change> QueueDataChange(const InodeRef& inode, bool sync);
+  // A change that captures `inode`'s data once every write in flight now
+  // has completed, for the caller to queue (after adding waiters).
+  std::shared_ptr<Change> QueueDataChange(const InodeRef& inode, bool sync)
+      REQUIRES(inode->mu());
   // If `inode` has staged data, writes in flight or a data change to
-  // capture: submits and queues that change (flush, rename, close).
-  // REQUIRES: lock holds inode->mu; it is released when a change is queued.
-  void WriteOutAndQueue(const InodeRef& inode, std::unique_lock<std::mutex>& lock);
+  // capture: submits the staged data and returns the change that captures
+  // it, for the caller to queue once it let go of the lock (flush, rename,
+  // close); else null.
+  std::shared_ptr<Change> WriteOut(const InodeRef& inode) REQUIRES(inode->mu());
   // The files `c` made orphans (unlinked while open): once `c` is queued,
   // a file whose last handle closed meanwhile is deleted now (Release left
   // it: its delete must queue after `c`). REQUIRES: ns_.mu() held.
   void SettleOrphans(Change& c);
-  // The last handle and the last name are gone: queues the record's delete.
-  // REQUIRES: lock holds inode->mu (released); inode->orphan_queued.
-  void DeleteOrphan(const InodeRef& inode, std::unique_lock<std::mutex>& lock);
+  // The last handle and the last name are gone: the change that deletes the
+  // record, for the caller to queue once it let go of the lock.
+  // REQUIRES: inode->orphan_queued.
+  std::shared_ptr<Change> OrphanDelete(const InodeRef& inode) REQUIRES(inode->mu());
   // Committer callbacks.
   void BuildChange(Change& c, index::WriteBatch& batch);
   void ChangeCommitted(Change& c, Status st);
@@ -328,17 +329,19 @@ class FileSystem::Impl {
   // gives back the pin that kept it.
   void FinishDeviceRead(InodePin pin);
 
-  // --- write_behind.cc. REQUIRES: inode->mu held unless said otherwise.
-  Status StageChunk(const InodeRef& inode, std::unique_lock<std::mutex>& lock, uint64_t ci,
-                    uint64_t write_lo, uint64_t write_hi);
-  void SubmitChunk(const InodeRef& inode, uint64_t ci);
-  void SubmitAllStaged(const InodeRef& inode);
+  // --- write_behind.cc. REQUIRES: inode->mu() held unless said otherwise.
+  // May let go of the lock and take it again (to wait for a buffer, for
+  // space, or for the old bytes of a partly overwritten chunk).
+  Status StageChunk(const InodeRef& inode, uint64_t ci, uint64_t write_lo, uint64_t write_hi)
+      REQUIRES(inode->mu());
+  void SubmitChunk(const InodeRef& inode, uint64_t ci) REQUIRES(inode->mu());
+  void SubmitAllStaged(const InodeRef& inode) REQUIRES(inode->mu());
   // The writes of a submitted chunk version completed (with the first
   // error): installs it if still current; `pin` is the submission's.
   void OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr<ChunkBuf> cb, Status st);
-  Status TruncateData(const InodeRef& inode, uint64_t new_size);
+  Status TruncateData(const InodeRef& inode, uint64_t new_size) REQUIRES(inode->mu());
   // Pool buffer for staging; pushes staged chunks out while none is free.
-  // REQUIRES: no inode->mu held.
+  // REQUIRES: no inode->mu() held.
   device::PoolBuffer AcquireBuffer();
   // Every space reservation goes through here. Runs `reserve` (an
   // allocation of `bytes`); when it fails with ENOSPC, waits for the queued
@@ -349,22 +352,22 @@ class FileSystem::Impl {
   // `lock`, if given, is released for the waits (the caller re-checks what
   // it guards). Returns what the last run returned: ENOSPC when nothing
   // could be freed in time.
-  Status WithSpace(uint64_t bytes, const std::function<Status()>& reserve,
-                   std::unique_lock<std::mutex>* lock);
+  Status WithSpace(uint64_t bytes, const std::function<Status()>& reserve, Mutex* lock);
 
   // --- cache_loads.cc
   // The cache entry holding all of [off, off + len) of one chunk, loaded or
   // loading, or null (other chunks, staged data, a hole, verify=on).
-  // REQUIRES: inode->mu held.
-  std::shared_ptr<CachedChunk> CachedWhole(const InodeRef& i, uint64_t off, uint64_t len);
+  std::shared_ptr<CachedChunk> CachedWhole(const InodeRef& i, uint64_t off, uint64_t len)
+      REQUIRES(i->mu());
   // Runs fn(ok) when `c` has loaded, or now if it is not loading. A reader
   // waits for it from now on: if its load is a prefetch still queued behind
   // others, it is promoted to the read lane (io::Scheduler::Promote).
   void WhenLoaded(const std::shared_ptr<CachedChunk>& c, std::function<void(bool ok)> fn);
-  // A loading cache entry for chunk `ci` (state `cs`) of `i`, sized to its
-  // extents, with the bytes between them zeroed; null if the chunk is
-  // cached already or there is no room.
-  std::shared_ptr<CachedChunk> StartChunkLoad(const InodeRef& i, uint64_t ci, const ChunkState& cs,
+  // A loading cache entry for chunk `ci` of `i` at installed version
+  // `seq` (`extents`), sized to its extents, with the bytes between them
+  // zeroed; null if the chunk is cached already or there is no room.
+  std::shared_ptr<CachedChunk> StartChunkLoad(const InodeRef& i, uint64_t ci, uint64_t seq,
+                                              const std::vector<index::FileExtent>& extents,
                                               bool prefetch);
   // Starts loading the file's chunks into the cache (prefetch lane), within
   // the budgets. Returns the bytes it started loading. With `batch`, the
@@ -373,40 +376,39 @@ class FileSystem::Impl {
   // and the entries started to `entries`: a reader may find one and wait
   // before it is submitted, so the caller promotes those with waiters after
   // submitting (PromoteWaitedFor).
-  // REQUIRES: inode->mu held. The one Prefetch* that runs under a lock
+  // REQUIRES: inode->mu() held. The one Prefetch* that runs under a lock
   // its caller holds; every other (PrefetchIno, PrefetchFile,
   // PrefetchQueued, AttrAndPrefetch) takes what it needs and is called
   // holding none.
   uint64_t PrefetchLocked(const InodeRef& inode, std::vector<device::IoRequest>* batch = nullptr,
-                          std::vector<std::shared_ptr<CachedChunk>>* entries = nullptr);
+                          std::vector<std::shared_ptr<CachedChunk>>* entries = nullptr)
+      REQUIRES(inode->mu());
   // Starts loading chunks [first, end) of `inode` that are neither cached
   // nor staged nor being written into the chunk cache, within its room;
   // their device reads are appended to `reqs` and the entries to `entries`
-  // (if not null). Returns the bytes started. REQUIRES: inode->mu held.
+  // (if not null). Returns the bytes started. REQUIRES: inode->mu() held.
   uint64_t LoadChunksLocked(const InodeRef& inode, uint64_t first, uint64_t end,
                             std::vector<device::IoRequest>* reqs,
-                            std::vector<std::shared_ptr<CachedChunk>>* entries);
+                            std::vector<std::shared_ptr<CachedChunk>>* entries)
+      REQUIRES(inode->mu());
   // A read of [off, off + len) of `i`: for a file too large to load whole,
   // read on ahead of a reader that moves through it (device reads to
-  // `reqs`, for the prefetch lane; entries to `entries`). REQUIRES: i->mu.
+  // `reqs`, for the prefetch lane; entries to `entries`). REQUIRES: i->mu().
   void ReadAheadLocked(const InodeRef& i, uint64_t off, uint64_t len,
                        std::vector<device::IoRequest>* reqs,
-                       std::vector<std::shared_ptr<CachedChunk>>* entries);
+                       std::vector<std::shared_ptr<CachedChunk>>* entries) REQUIRES(i->mu());
   // How far ahead of a reader of a large file its chunks are loaded.
   static constexpr uint64_t kReadAheadBytes = 16ull << 20;
   // --- cache_loads.cc: file memory (fs/file_memory.h), when options_.file_memory.
-  // The file version `i` holds now, or nullopt while any chunk is staged,
-  // being written or failed (no version to hold). REQUIRES: i.mu held.
-  static std::optional<MemoryVersion> CurrentMemoryVersion(const InodeState& i);
   // The file memory of `i` that stands for its bytes now (loading, loaded
   // or failed): the one its served opens use, or one of its current
-  // version. REQUIRES: i->mu held.
-  std::shared_ptr<FileMemory> CurrentMemory(const InodeRef& i);
-  // CurrentMemory unless its load failed. REQUIRES: i->mu held.
-  std::shared_ptr<FileMemory> HeldMemory(const InodeRef& i);
+  // version.
+  std::shared_ptr<FileMemory> CurrentMemory(const InodeRef& i) REQUIRES(i->mu());
+  // CurrentMemory unless its load failed.
+  std::shared_ptr<FileMemory> HeldMemory(const InodeRef& i) REQUIRES(i->mu());
   // Whether `m` is loaded and holds the version `i` is at now (whatever
-  // opens it serves). REQUIRES: i->mu held.
-  bool MemoryIsCurrent(const InodeRef& i, const FileMemory& m);
+  // opens it serves).
+  bool MemoryIsCurrent(const InodeRef& i, const FileMemory& m) REQUIRES(i->mu());
   // Loaded speculatively and not read yet, chunk cache and file memory.
   // Loads the cache dropped before they ended (.kvfs/drop_cache, room for
   // other files) still hold their memory until they end: their bytes on
@@ -417,42 +419,47 @@ class FileSystem::Impl {
   }
   // Whether `i` may be loaded into file memory: a regular file of at least
   // kMinFileMemoryBytes and at most prefetch_file_max_bytes, with a
-  // version to hold.
-  // REQUIRES: i->mu held.
-  bool MemoryEligible(const InodeRef& i);
+  // version to hold (FileData::HasVersion).
+  bool MemoryEligible(const InodeRef& i) REQUIRES(i->mu());
   // Starts loading `i` into a new file memory: its device reads are
   // appended to `reqs` for the caller to submit. Null when there is no room
-  // (or no memory to be had). REQUIRES: i->mu held; MemoryEligible(i).
+  // (or no memory to be had). REQUIRES: MemoryEligible(i).
   std::shared_ptr<FileMemory> StartMemoryLoad(const InodeRef& i, bool prefetch,
-                                              std::vector<device::IoRequest>* reqs);
+                                              std::vector<device::IoRequest>* reqs)
+      REQUIRES(i->mu());
+  // The completion of a load of `i` in `reads` device reads (`bytes`
+  // long, for the metric), for each of them: when the last completes,
+  // finish(ok) (its target is loaded, or failed) and the load's end as a
+  // device read of the file (FinishDeviceRead; counted now: BeginRead).
+  // The one load bookkeeping of file memory and chunk cache loads.
+  std::function<void(Status)> LoadCompletion(const InodeRef& i, size_t reads, uint64_t bytes,
+                                             std::function<void(bool ok)> finish)
+      REQUIRES(i->mu());
   // As WhenLoaded, for a file memory.
   void WhenMemoryLoaded(const std::shared_ptr<FileMemory>& m, std::function<void(bool ok)> fn);
   // file_ops.cc: a file written through opens served from its memory has
   // its size (and a newer mtime) there until the bytes are written out:
-  // `a` says so. REQUIRES: i->mu held.
-  void ServedAttr(const InodeRef& i, Attr* a);
-  // Sets the size of the memory opens of `i` are served from, if any
-  // (truncate, O_TRUNC, fallocate; with `grow_only`, never shrinks).
-  // REQUIRES: i->mu held.
-  Status ResizeServedMemory(const InodeRef& i, uint64_t size, bool grow_only);
+  // `a` says so (FileData::ServedAttrsOf).
+  void ServedAttr(const InodeRef& i, Attr* a) REQUIRES(i->mu());
   // OK when `check` is null, or when it may access `i` as `want` asks
-  // (fs/access.h CheckAccess), else EACCES. REQUIRES: i->mu held.
+  // (fs/access.h CheckAccess), else EACCES. REQUIRES: i->mu() held.
   static Status MayAccessLocked(const InodeRef& i, const Caller* check, int want);
-  // The open's work under i->mu (O_TRUNC, the use, prefetch, the open
+  // The open's work under i->mu() (O_TRUNC, the use, prefetch, the open
   // counts); `served`: the memory the open is served from, or null.
   // With `pending`, `served` is a memory still loading that the open
   // waits for (OpenServed): counted as open now, so that an unlink while
   // it waits leaves an orphan the open can still use.
   Status OpenLocked(const InodeRef& i, int flags, KillPriv* kill,
-                    const std::shared_ptr<FileMemory>& served, bool pending = false);
-  // The open's work after i->mu, once OpenLocked counted it: the readahead
+                    const std::shared_ptr<FileMemory>& served, bool pending = false)
+      REQUIRES(i->mu());
+  // The open's work after i->mu(), once OpenLocked counted it: the readahead
   // notice of a read-only open, and its handle (served from `served`, or
   // not). Returns the handle.
   uint64_t AddOpenHandle(const InodeRef& i, int flags, std::shared_ptr<FileMemory> served);
   // file_ops.cc: copies the bytes of `m` (what the kernel wrote into it
   // through served opens) into the file through handle `fh` (write-behind,
   // as write(2) would), one write-out of `m` at a time.
-  // REQUIRES: i->mu not held.
+  // REQUIRES: i->mu() not held.
   Status WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemory& m);
   // Promotes the loads of `entries` that a reader waits for, and clears it.
   void PromoteWaitedFor(std::vector<std::shared_ptr<CachedChunk>>* entries);

@@ -2,79 +2,37 @@
 //
 // The index holds what has been committed; an InodeState holds what the
 // calls so far have made of the inode: live metadata, a regular file's data
-// as per-chunk state (staged buffer, in-flight buffer, installed extents),
-// and what must happen once queued changes commit. fs/ keeps an InodeState
+// (FileData), and what must happen once queued changes commit. fs/ keeps an InodeState
 // while the kernel knows the inode (lookup count), it is open, or a queued
 // change still refers to it.
 //
-// File data is handled in chunks of kChunkBytes at chunk-aligned file
-// offsets. A chunk's installed extents cover [chunk start, chunk start +
-// AlignUp(content, 4 KiB)); a chunk never shares an extent with another.
+// A regular file's data -- its chunks (staged, in-flight and installed
+// versions), the device commands in flight, its file memory and the opens
+// served from it -- is its FileData's (fs/file_data.h), guarded by the
+// same lock as the rest: mu(), which the thread-safety analysis checks
+// there.
 //
-// Thread safety: the fields are GUARDED_BY(mu) unless their comment says
-// otherwise; the lock order is written on `mu`. Shared by reference
+// Thread safety: the fields are guarded by mu() unless their comment says
+// otherwise; the lock order is written on mu(). Shared by reference
 // (InodeRef, fs/inode_table.h), which decides how long it stays live.
 #pragma once
 
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "common/extent.h"
-#include "device/buffer_pool.h"
+#include "common/mutex.h"
+#include "fs/file_data.h"
 #include "fs/victim_order.h"
 #include "index/records.h"
 
 namespace kvfs::fs {
 
-inline constexpr uint64_t kChunkBytes = 1 << 20;
-
 struct Change;
-
-// One version of a chunk's content in a pool buffer. Immutable once it is
-// in flight; bytes past `valid` are zero.
-struct ChunkBuf {
-  device::PoolBuffer buf;
-  uint64_t valid = 0;          // content bytes from the chunk start
-  // Bytes [0, clean) hold content or zeros; [clean, end) may hold garbage
-  // from the buffer's last use. Zeroing lazily (ZeroTo) instead of the whole
-  // 1 MiB buffer when it is staged saves a memset of 1 MiB per stored key.
-  uint64_t clean = 0;
-  // Zeroes [clean, hi) if needed, so that [0, hi) holds content or zeros.
-  void ZeroTo(uint64_t hi) {
-    if (hi <= clean) return;
-    std::memset(buf.data() + clean, 0, hi - clean);
-    clean = hi;
-  }
-  // Copies chunk bytes [lo, hi) to `dst`; past `clean` (a truncate grew the
-  // file) they read as zeros.
-  void CopyOut(uint64_t lo, uint64_t hi, char* dst) const {
-    const uint64_t have = std::clamp(clean, lo, hi);
-    std::memcpy(dst, buf.data() + lo, have - lo);
-    std::memset(dst + (have - lo), 0, hi - have);
-  }
-  std::vector<Extent> alloc;   // space reserved for this version
-  uint64_t seq = 0;            // orders versions of one chunk
-  uint64_t trunc_epoch = 0;    // a truncate since then makes it obsolete
-};
-
-struct ChunkState {
-  std::shared_ptr<ChunkBuf> staged;    // written by write(), not yet submitted
-  std::shared_ptr<ChunkBuf> inflight;  // newest version being written
-  std::vector<index::FileExtent> extents;  // installed (written) version
-  uint64_t installed_seq = 0;
-  // Its newest write failed: reads of it fail with EIO, and the committed
-  // size stays below it, until a later version is written.
-  bool failed = false;
-  bool empty() const { return !staged && !inflight && extents.empty() && !failed; }
-};
 
 struct InodeState {
   InodeState(index::Inode r, uint64_t cache_token)
@@ -82,10 +40,19 @@ struct InodeState {
   bool is_dir() const { return (rec.mode & S_IFMT) == S_IFDIR; }
   bool is_reg() const { return (rec.mode & S_IFMT) == S_IFREG; }
 
-  // Lock order: the namespace lock (fs/namespace.h) before mu; mu before the
-  // inode table's and the committer's locks. Never held while waiting for I/O, except the
-  // read-modify-write of a partly overwritten chunk (rare).
-  std::mutex mu;
+  // The inode's lock, its data's (FileData) too. Lock order: the namespace
+  // lock (fs/namespace.h) and a file memory's write-out lock before it; it
+  // before the inode table's, the caches' and the committer's locks. Never
+  // held while waiting for I/O.
+  Mutex& mu() const RETURN_CAPABILITY(data.mu()) { return mu_; }
+
+ private:
+  mutable Mutex mu_;
+
+ public:
+  // A regular file's data: its chunks, the commands in flight on them, its
+  // memory and the opens served from it.
+  FileData data{mu_};
 
   // rec.ino, readable without mu (the table is keyed by it).
   const uint64_t ino;
@@ -93,47 +60,32 @@ struct InodeState {
   // the owner key of its entries in the ChunkCache.
   const uint64_t token;
 
-  // Live metadata. rec.extents is unused: chunks hold the data.
-  index::Inode rec;                                     // GUARDED_BY(mu)
-  std::map<uint64_t, ChunkState> chunks;                // by chunk index; GUARDED_BY(mu)
+  // Live metadata. rec.extents is unused: data's chunks hold the data.
+  index::Inode rec;                                     // guarded by mu()
   // What the index has (or is about to have, in queue order): a file's size
   // in the last captured record, a directory's entry count; the link count.
   // Captures use these, not the live values, so a record is never ahead of
-  // the entry changes committed with it. GUARDED_BY(mu)
+  // the entry changes committed with it. guarded by mu()
   uint64_t durable_size = 0;
   uint32_t durable_nlink = 0;
-  std::vector<Extent> free_pending;  // replaced; freed after the next capture commits
-  std::vector<Extent> free_after_reads;  // committed-free, waiting for readers
-  int inflight_writes = 0;                              // GUARDED_BY(mu)
-  int reads_inflight = 0;                               // GUARDED_BY(mu)
-  std::vector<std::shared_ptr<Change>> gated;  // wait for inflight_writes == 0
-  int write_error = 0;  // first errno of a failed write-behind; GUARDED_BY(mu)
-  uint64_t trunc_epoch = 0;                             // GUARDED_BY(mu)
-  uint64_t chunk_seq = 0;                               // GUARDED_BY(mu)
-  bool data_change_queued = false;                      // GUARDED_BY(mu)
-  bool deleted = false;  // no name and no handle: record goes away; GUARDED_BY(mu)
-  bool orphan = false;   // no name, still open; GUARDED_BY(mu)
+  bool deleted = false;  // no name and no handle: record goes away; guarded by mu()
+  bool orphan = false;   // no name, still open; guarded by mu()
   // The change that made it an orphan is queued: its delete may follow
-  // (FileSystem::Impl::SettleOrphans). GUARDED_BY(mu)
+  // (FileSystem::Impl::SettleOrphans). guarded by mu()
   bool orphan_queued = false;
   // An unnamed file (O_TMPFILE without O_EXCL) that no Link() has named
-  // yet: the one link kvfs allows (FileSystem::Link). GUARDED_BY(mu)
+  // yet: the one link kvfs allows (FileSystem::Link). guarded by mu()
   bool linkable = false;
   // The change deleting the record has been built (committer thread, queue
-  // order): a change built later must not put the record back. GUARDED_BY(mu)
+  // order): a change built later must not put the record back. guarded by mu()
   bool delete_built = false;
   // rec.atime_ns moved since the last capture; the AtimeLog holds a pin
-  // until it is flushed (fs/atime.h). GUARDED_BY(mu)
+  // until it is flushed (fs/atime.h). guarded by mu()
   bool atime_dirty = false;
   // With eviction on, the file's last use, shared with its node in the
   // eviction order (fs/victim_order.h): a use is one atomic store, whatever the
-  // atime mode. Set at its first use. The pointer: GUARDED_BY(mu).
+  // atime mode. Set at its first use. The pointer: guarded by mu().
   std::shared_ptr<UseStamp> use_stamp;
-  // Reads of a file too large to load whole: where the last one ended, and
-  // how far its chunks are being read ahead of the reader
-  // (FileSystem::Impl::ReadAhead). GUARDED_BY(mu)
-  uint64_t read_end = 0;
-  uint64_t read_ahead_to = 0;
 
   // Counts that keep it in the InodeTable (fs/inode_table.h), changed
   // only by the table. GUARDED_BY(InodeTable::mu_)

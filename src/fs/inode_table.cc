@@ -33,14 +33,15 @@ Result<InodeRef> InodeTable::Load(uint64_t ino) {
   rec.extents.clear();
   InodeRef state = Make(std::move(rec));
   state->durable_size = state->rec.size;  // the record is the index's
-  for (const index::FileExtent& fe : extents) {
-    uint64_t ci = fe.file_off / kChunkBytes;
-    if (fe.file_off + fe.ext.len > (ci + 1) * kChunkBytes) {
-      return Status::Error(EUCLEAN, "inode " + std::to_string(ino) + ": extent at file offset " +
-                                        std::to_string(fe.file_off) +
-                                        " crosses a chunk boundary (run fsck.kvfs)");
+  MutexLock l(state->mu());  // no one else sees it yet
+  if (!state->data.Load(extents)) {
+    for (const index::FileExtent& fe : extents) {
+      if (fe.file_off + fe.ext.len > (fe.file_off / kChunkBytes + 1) * kChunkBytes) {
+        return Status::Error(EUCLEAN, "inode " + std::to_string(ino) + ": extent at file offset " +
+                                          std::to_string(fe.file_off) +
+                                          " crosses a chunk boundary (run fsck.kvfs)");
+      }
     }
-    state->chunks[ci].extents.push_back(fe);
   }
   return state;
 }

@@ -25,8 +25,8 @@ void NameChange::Link(const InodeRef& parent, std::string_view name, const Inode
 Status NameChange::LinkUnnamed(const InodeRef& parent, std::string_view name,
                                const InodeRef& child) {
   {
-    std::lock_guard<std::mutex> l(child->mu);
-    // Decided under child->mu, where Release() decides to delete an
+    MutexLock l(child->mu());
+    // Decided under child->mu(), where Release() decides to delete an
     // unnamed file: a last close racing this either comes first (ENOENT)
     // or finds a file with a name (kept).
     KVFS_RETURN_IF_ERROR(Linkable(*child));
@@ -61,7 +61,7 @@ void NameChange::Move(const InodeRef& from, std::string_view from_name, const In
   EditParent(from, -1, dir ? -1 : 0);
   PutEntry(from, from_name, 0);
   {
-    std::lock_guard<std::mutex> l(child->mu);
+    MutexLock l(child->mu());
     child->rec.ctime_ns = now_ns_;
     if (dir) child->rec.parent = to->ino;  // its ".."
   }
@@ -78,8 +78,8 @@ void NameChange::TakeName(const InodeRef& parent, std::string_view name, const I
 
 void NameChange::DropName(const InodeRef& parent, const InodeRef& victim) {
   {
-    std::lock_guard<std::mutex> l(victim->mu);
-    // Decided under victim->mu, where Open() checks `deleted` and counts
+    MutexLock l(victim->mu());
+    // Decided under victim->mu(), where Open() checks `deleted` and counts
     // itself: an open racing this either counts first (the file becomes
     // an orphan) or sees it deleted (ESTALE), never a handle on a file
     // whose data is freed.
@@ -103,7 +103,7 @@ void NameChange::DropName(const InodeRef& parent, const InodeRef& victim) {
 
 void NameChange::EditParent(const InodeRef& parent, int64_t entries, int32_t subdirs) {
   {
-    std::lock_guard<std::mutex> l(parent->mu);
+    MutexLock l(parent->mu());
     parent->rec.size = static_cast<uint64_t>(static_cast<int64_t>(parent->rec.size) + entries);
     parent->rec.nlink = static_cast<uint32_t>(static_cast<int32_t>(parent->rec.nlink) + subdirs);
     parent->rec.mtime_ns = parent->rec.ctime_ns = now_ns_;

@@ -37,7 +37,7 @@ namespace kvfs::fs {
 // Whether `x`, an inode without a link, may take one now: OK for an
 // O_TMPFILE file opened without O_EXCL and still open; ENOENT once its last
 // handle closed (link(2) of a file whose count dropped to 0); EPERM for
-// anything else (kvfs has no hard links). REQUIRES: x.mu held.
+// anything else (kvfs has no hard links). REQUIRES: x.mu() held.
 Status Linkable(const InodeState& x);
 
 class NameChange {
@@ -50,7 +50,7 @@ class NameChange {
   // count), takes `name` in `parent`, a name that is free.
   void Link(const InodeRef& parent, std::string_view name, const InodeRef& child);
   // As Link, for an O_TMPFILE file without a link taking its one link (its
-  // orphan key goes): fails as Linkable() says, checked under child->mu
+  // orphan key goes): fails as Linkable() says, checked under child->mu()
   // where its last close decides its delete, and then nothing has changed.
   Status LinkUnnamed(const InodeRef& parent, std::string_view name, const InodeRef& child);
   // `name` in `parent` goes, and `victim`, the regular file or empty

@@ -30,7 +30,7 @@ Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name,
     // asks the filesystem; a parent that is not a directory is ENOTDIR.
     if (got.ok() && (*got)->is_dir()) {
       const InodeRef& p = *got;
-      std::lock_guard<std::mutex> l(p->mu);
+      MutexLock l(p->mu());
       if (everyone_searches != nullptr) *everyone_searches = (p->rec.mode & 0111) == 0111;
       KVFS_RETURN_IF_ERROR(MayAccessLocked(p, check, kMayExec));
     }
@@ -42,7 +42,7 @@ Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name,
       // inode it no longer caches): the inode itself, of any type, while
       // it has a name. A number is reused only after a crash lost the
       // inode that had it, and then with another generation (generation_).
-      std::lock_guard<std::mutex> l(p->mu);
+      MutexLock l(p->mu());
       if (p->deleted || p->orphan || p->rec.nlink == 0) {
         return Status::Error(ESTALE, "lookup of a removed inode by its number");
       }
@@ -50,7 +50,7 @@ Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name,
     } else if (!p->is_dir()) {
       return Status::Error(ENOTDIR, "lookup");
     } else if (name == "..") {
-      std::lock_guard<std::mutex> l(p->mu);
+      MutexLock l(p->mu());
       ino = p->rec.parent ? p->rec.parent : kRootIno;
     } else {
       KVFS_ASSIGN_OR_RETURN(ino, ns_.Resolve(parent, name));
@@ -66,14 +66,14 @@ Attr FileSystem::Impl::AttrAndPrefetch(const InodeRef& inode, bool only_idle) {
   Attr a;
   bool prefetch = options_.prefetch == PrefetchMode::kLookup;
   {
-    std::lock_guard<std::mutex> l(inode->mu);
+    MutexLock l(inode->mu());
     a = ToAttr(inode->rec);
     ServedAttr(inode, &a);
     UsedForEviction(*inode, NowNs());  // lookup, getattr
     prefetch = prefetch && inode->is_reg() && !inode->deleted && !inode->orphan;
     if (prefetch && only_idle) {
-      prefetch = inode->inflight_writes == 0 && !inode->data_change_queued &&
-                 table_.opens(*inode) == 0;  // under mu: see NameChange::DropName
+      prefetch = inode->data.writes_in_flight() == 0 && !inode->data.change_queued() &&
+                 table_.opens(*inode) == 0;  // under mu(): see NameChange::DropName
     }
   }
   // Connectors check which keys exist before they load them: start reading.
@@ -99,7 +99,7 @@ Result<Attr> FileSystem::Impl::GetAttr(uint64_t ino) {
 
 Result<Attr> FileSystem::Impl::PeekAttr(uint64_t ino) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
-  std::lock_guard<std::mutex> l(i->mu);
+  MutexLock l(i->mu());
   return ToAttr(i->rec);
 }
 
@@ -111,7 +111,7 @@ Result<Attr> FileSystem::Impl::PeekEntry(uint64_t parent, std::string_view name)
     KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(parent, name));
     KVFS_ASSIGN_OR_RETURN(child, table_.Get(ino));
   }
-  std::lock_guard<std::mutex> l(child->mu);
+  MutexLock l(child->mu());
   return ToAttr(child->rec);
 }
 
@@ -131,13 +131,13 @@ Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) 
 }
 
 Result<Attr> FileSystem::Impl::SetAttrLocked(const InodeRef& i, const SetAttrRequest& req) {
-  std::unique_lock<std::mutex> l(i->mu);
+  MutexLock l(i->mu());
   if (i->deleted) return Status::Error(ENOENT, "setattr");
   const int64_t now = NowNs();
   if (req.size) {
     if (i->is_dir()) return Status::Error(EISDIR, "truncate");
     // Opens served from the file's memory read its size there.
-    KVFS_RETURN_IF_ERROR(ResizeServedMemory(i, *req.size, /*grow_only=*/false));
+    KVFS_RETURN_IF_ERROR(i->data.ResizeServed(*req.size, /*grow_only=*/false));
     if (*req.size != i->rec.size) {
       KVFS_RETURN_IF_ERROR(TruncateData(i, *req.size));
       i->rec.mtime_ns = now;
@@ -163,7 +163,7 @@ Result<Attr> FileSystem::Impl::SetAttrLocked(const InodeRef& i, const SetAttrReq
   i->rec.ctime_ns = now;
   Attr a = ToAttr(i->rec);
   ServedAttr(i, &a);
-  l.unlock();
+  l.Unlock();
   EnqueueRecord(i);
   return a;
 }
@@ -174,7 +174,7 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
   if (IsDotName(name)) return Status::Error(EEXIST, "mkdir");
   NamespaceWriteLock ns(ns_.mu());
   KVFS_ASSIGN_OR_RETURN(InodeRef dir, AddChild(parent, name, S_IFDIR | (mode & 07777), caller));
-  std::lock_guard<std::mutex> l(dir->mu);
+  MutexLock l(dir->mu());
   return ToAttr(dir->rec);
 }
 
@@ -191,7 +191,7 @@ index::Inode FileSystem::Impl::NewRecord(uint32_t mode, const Caller& caller, in
 }
 
 void FileSystem::Impl::InheritSetgid(InodeState& parent, index::Inode* rec) {
-  std::lock_guard<std::mutex> l(parent.mu);
+  MutexLock l(parent.mu());
   if (!(parent.rec.mode & S_ISGID)) return;
   // A setgid directory: what is made in it takes its group, and a
   // directory its setgid bit too (inode_init_owner(); the kernel has
@@ -210,7 +210,7 @@ Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view na
   if (existing.status().code() != ENOENT) return existing.status();
   {
     // Stays so: rmdir takes ns_.mu(), held here.
-    std::lock_guard<std::mutex> l(p->mu);
+    MutexLock l(p->mu());
     if (p->deleted) return Status::Error(ENOENT, "create in a removed directory");
   }
   const bool is_dir = (mode & S_IFMT) == S_IFDIR;
@@ -235,7 +235,7 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
   KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(parent, name));
   KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
   {
-    std::lock_guard<std::mutex> l(d->mu);
+    MutexLock l(d->mu());
     if (!d->is_dir()) return Status::Error(ENOTDIR, "rmdir");
     // Stays so: entries change only under ns_.mu(), held here.
     if (d->rec.size > 0) return Status::Error(ENOTEMPTY, "rmdir");
@@ -287,7 +287,7 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
     if (x->is_dir() && !y->is_dir()) return Status::Error(ENOTDIR, "rename");
     if (!x->is_dir() && y->is_dir()) return Status::Error(EISDIR, "rename");
     if (y->is_dir()) {
-      std::lock_guard<std::mutex> l(y->mu);
+      MutexLock l(y->mu());
       if (y->rec.size > 0) return Status::Error(ENOTEMPTY, "rename");
     }
   } else if (dst.status().code() != ENOENT) {
@@ -299,15 +299,18 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
     while (a != kRootIno && a != 0) {
       if (a == src) return Status::Error(EINVAL, "rename: directory into its own subtree");
       KVFS_ASSIGN_OR_RETURN(InodeRef ai, table_.Get(a));
-      std::lock_guard<std::mutex> l(ai->mu);
+      MutexLock l(ai->mu());
       a = ai->rec.parent;
     }
   }
 
   // The new name must not become visible before the data written so far.
   if (x->is_reg()) {
-    std::unique_lock<std::mutex> l(x->mu);
-    WriteOutAndQueue(x, l);
+    MutexLock l(x->mu());
+    if (std::shared_ptr<Change> c = WriteOut(x)) {
+      l.Unlock();
+      Enqueue(c);
+    }
   }
   NameChange change = NewNameChange();
   change.Move(p, name, np, new_name, x, y);
@@ -319,7 +322,7 @@ Result<uint64_t> FileSystem::Impl::OpenDir(uint64_t ino, int flags, const Caller
   {
     KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
     if (check != nullptr) {
-      std::lock_guard<std::mutex> l(d->mu);
+      MutexLock l(d->mu());
       KVFS_RETURN_IF_ERROR(MayAccessLocked(d, check, WantOfOpen(flags)));
     }
     if (!d->is_dir()) return Status::Error(ENOTDIR, "opendir");
@@ -340,7 +343,7 @@ Status FileSystem::Impl::ListDir(DirHandle* dh) {
     KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
     uint64_t parent;
     {
-      std::lock_guard<std::mutex> l(d->mu);
+      MutexLock l(d->mu());
       if (!d->is_dir()) return Status::Error(ENOTDIR, "opendir");
       // Removed since it was opened: an empty listing, as on a local
       // filesystem.

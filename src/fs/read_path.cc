@@ -17,7 +17,7 @@
 
 namespace kvfs::fs {
 
-// REQUIRES: inode->mu held; off + len <= the file's size.
+// REQUIRES: off + len <= the file's size.
 void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, char* dst,
                                 uint64_t room, ReadPlan* plan) {
   const uint64_t end = off + len;
@@ -25,7 +25,7 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
   // while opens are served from it: the kernel wrote them there).
   if (std::shared_ptr<FileMemory> m = HeldMemory(i);
       m && m->state() == FileMemory::State::kReady) {
-    if (m->opens.load() > 0) {
+    if (m == i->data.served()) {
       if (pread(m->fd(), dst, len, static_cast<off_t>(off)) == static_cast<ssize_t>(len)) return;
     } else if (end <= m->mapped()) {
       std::memcpy(dst, m->data() + off, len);
@@ -33,43 +33,23 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
       return;
     }
   }
-  for (uint64_t pos = off; pos < end;) {
-    const uint64_t ci = pos / kChunkBytes;
+  // Bytes in memory here (staged, being written) and holes are done by
+  // the file's data; each chunk's installed bytes come from the cache or
+  // the device, as planned below.
+  int verified_loads = 0;  // verify=on chunk loads started: device reads in flight
+  Status st = i->data.PlanRead(off, len, dst, [&](uint64_t pos, uint64_t hi, uint64_t ci,
+                                                  uint64_t seq,
+                                                  const std::vector<index::FileExtent>& extents) {
     const uint64_t cstart = ci * kChunkBytes;
-    const uint64_t hi = std::min(end, cstart + kChunkBytes);
-    auto it = i->chunks.find(ci);
-    const ChunkBuf* mem = nullptr;
-    if (it != i->chunks.end()) {
-      mem = it->second.staged ? it->second.staged.get() : it->second.inflight.get();
-    }
-    if (!mem && it != i->chunks.end() && it->second.failed) {
-      // Never hand out bytes that did not reach the device.
-      plan->fail = Status::Error(EIO, "inode " + std::to_string(i->rec.ino) + ": data at offset " +
-                                          std::to_string(cstart) + " was lost by a failed write");
-      plan->pieces.clear();
-      plan->waits.clear();
-      return;
-    }
-    if (mem) {
-      mem->CopyOut(pos - cstart, hi - cstart, dst + (pos - off));  // written, not on the device
-      pos = hi;
-      continue;
-    }
-    if (it == i->chunks.end() || it->second.extents.empty()) {
-      std::memset(dst + (pos - off), 0, hi - pos);  // a hole reads as zeros
-      pos = hi;
-      continue;
-    }
-    const ChunkState& cs = it->second;
-    std::shared_ptr<CachedChunk> cached = ram_->chunks().Get(i->token, ci, cs.installed_seq);
+    std::shared_ptr<CachedChunk> cached = ram_->chunks().Get(i->token, ci, seq);
     if (cached && cached->state() == CachedChunk::State::kFailed) cached.reset();
     if (!cached && verifier_.enabled()) {
       // verify=on: load the whole chunk once, checked (fs/read_verify.h).
-      cached = StartChunkLoad(i, ci, cs, false);
+      cached = StartChunkLoad(i, ci, seq, extents, false);
       if (cached) {
-        i->reads_inflight++;
+        ++verified_loads;
         SharedPin pin = Share(table_.Pin(i));  // until the load completes
-        AddVerifiedChunkLoad(verifier_, i->rec.ino, cstart, cs.extents, cached,
+        AddVerifiedChunkLoad(verifier_, i->ino, cstart, extents, cached,
                              [this, pin] { FinishDeviceRead(std::move(*pin)); }, &plan->loads);
       }
     }
@@ -78,14 +58,13 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
       const uint64_t avail_end = std::max(pos, std::min(hi, cstart + cached->capacity));
       if (avail_end > pos) plan->waits.push_back({cached, pos - cstart, pos - off, avail_end - pos});
       std::memset(dst + (avail_end - off), 0, hi - avail_end);  // past the cached bytes: a hole
-      pos = hi;
-      continue;
+      return;
     }
     // Only the gaps between extents are zeroed here: zeroing all of `dst`
     // first cost a pass over every byte read (36% of the daemon's CPU in a
     // batch READ).
     uint64_t zeroed_to = pos;  // bytes [pos, zeroed_to) are accounted for
-    for (const index::FileExtent& fe : cs.extents) {
+    for (const index::FileExtent& fe : extents) {
       const uint64_t a = std::max(pos, fe.file_off);
       const uint64_t b = std::min(hi, fe.file_off + fe.ext.len);
       if (a >= b) continue;
@@ -129,10 +108,17 @@ void FileSystem::Impl::PlanRead(const InodeRef& i, uint64_t off, uint64_t len, c
       plan->pieces.push_back(p);
     }
     if (hi > zeroed_to) std::memset(dst + (zeroed_to - off), 0, hi - zeroed_to);
-    pos = hi;
+  });
+  // Each load started is a device read of the file in flight, ended by its
+  // FinishDeviceRead (the caller submits plan->loads in any case).
+  for (int k = 0; k < verified_loads; ++k) i->data.BeginRead();
+  if (!st.ok()) {
+    // Never hand out bytes that did not reach the device.
+    plan->fail = st.Annotate("inode " + std::to_string(i->ino));
+    return;
   }
   if (!plan->pieces.empty() || !plan->waits.empty()) {
-    i->reads_inflight++;  // extents stay allocated until ExecuteRead is done
+    i->data.BeginRead();  // extents stay allocated until ExecuteRead is done
   }
 }
 

@@ -30,7 +30,7 @@ Result<FileSystem::Created> FileSystem::Impl::CreateUnnamed(uint64_t parent, uin
     KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
     if (!p->is_dir()) return Status::Error(ENOTDIR, "O_TMPFILE in a non-directory");
     {
-      std::lock_guard<std::mutex> l(p->mu);
+      MutexLock l(p->mu());
       if (p->deleted) return Status::Error(ENOENT, "O_TMPFILE in a removed directory");
     }
     index::Inode rec = NewRecord(S_IFREG | (mode & 07777), caller, NowNs());
@@ -38,7 +38,7 @@ Result<FileSystem::Created> FileSystem::Impl::CreateUnnamed(uint64_t parent, uin
     rec.nlink = 0;  // no name: the kernel allows a link only to such a file
     file = table_.Make(rec);
     {
-      std::lock_guard<std::mutex> l(file->mu);
+      MutexLock l(file->mu());
       file->orphan = true;
       file->orphan_queued = false;  // until Enqueue(c) settles it
       // O_EXCL: "this file will never be linked" (open(2)).
@@ -52,7 +52,7 @@ Result<FileSystem::Created> FileSystem::Impl::CreateUnnamed(uint64_t parent, uin
   }
   // The O_TMPFILE bits (O_DIRECTORY among them) mean nothing to a handle.
   const uint64_t fh = handles_.Add(Handle{file, flags & ~O_TMPFILE, nullptr});
-  std::lock_guard<std::mutex> l(file->mu);
+  MutexLock l(file->mu());
   return Created{ToAttr(file->rec), fh};
 }
 
@@ -63,7 +63,7 @@ Result<Attr> FileSystem::Impl::Link(uint64_t ino, uint64_t new_parent,
   NamespaceWriteLock ns(ns_.mu());
   KVFS_ASSIGN_OR_RETURN(InodeRef x, table_.Get(ino));
   {
-    std::lock_guard<std::mutex> l(x->mu);
+    MutexLock l(x->mu());
     KVFS_RETURN_IF_ERROR(Linkable(*x));
   }
   KVFS_ASSIGN_OR_RETURN(InodeRef np, table_.Get(new_parent));
@@ -73,22 +73,25 @@ Result<Attr> FileSystem::Impl::Link(uint64_t ino, uint64_t new_parent,
   if (existing.status().code() != ENOENT) return existing.status();
   {
     // Stays so: rmdir takes ns_.mu(), held here.
-    std::lock_guard<std::mutex> l(np->mu);
+    MutexLock l(np->mu());
     if (np->deleted) return Status::Error(ENOENT, "link into a removed directory");
   }
   {
     // The name must not reach the index before the data written so far:
     // a data change gated on the writes in flight goes first (as rename).
-    std::unique_lock<std::mutex> l(x->mu);
-    WriteOutAndQueue(x, l);
+    MutexLock l(x->mu());
+    if (std::shared_ptr<Change> c = WriteOut(x)) {
+      l.Unlock();
+      Enqueue(c);
+    }
   }
   NameChange change = NewNameChange();
-  // Linkable() is checked again there, under x->mu.
+  // Linkable() is checked again there, under x->mu().
   KVFS_RETURN_IF_ERROR(change.LinkUnnamed(np, new_name, x));
   QueueNameChange(change);
   Attr a;
   {
-    std::lock_guard<std::mutex> l(x->mu);
+    MutexLock l(x->mu());
     a = ToAttr(x->rec);
     ServedAttr(x, &a);
   }

@@ -28,7 +28,7 @@ Result<InodePin> FileSystem::Impl::WalkPath(uint64_t dir, std::string_view path,
   for (size_t k = 0;; ++k) {
     if (k == walk && !want_parent) return cur;  // the named inode, of any type
     {
-      std::lock_guard<std::mutex> l(cur->mu);
+      MutexLock l(cur->mu());
       if (!cur->is_dir()) return Status::Error(ENOTDIR, "not a directory in the path");
       if (cur->deleted) return Status::Error(ENOENT, "directory removed");
       // Search permission on every directory a component is looked up in
@@ -51,7 +51,7 @@ Result<Attr> FileSystem::Impl::LookupPath(uint64_t dir, std::string_view path,
   // reads straight into its own memory, and a cache copy would only cost.
   NamespaceReadLock ns(ns_.mu());  // a walk changes nothing ns_.mu() guards
   KVFS_ASSIGN_OR_RETURN(InodePin i, WalkPath(dir, path, caller, false, nullptr));
-  std::lock_guard<std::mutex> l(i->mu);
+  MutexLock l(i->mu());
   UsedForEviction(*i, NowNs());  // the batch's STAT
   return ToAttr(i->rec);
 }
@@ -117,7 +117,7 @@ Status FileSystem::Impl::DeleteFile(uint64_t dir, std::string_view path, const C
   // unlinked.
   uint32_t dir_mode, dir_uid, dir_gid;
   {
-    std::lock_guard<std::mutex> l(p->mu);
+    MutexLock l(p->mu());
     dir_mode = p->rec.mode;
     dir_uid = p->rec.uid;
     dir_gid = p->rec.gid;
@@ -127,7 +127,7 @@ Status FileSystem::Impl::DeleteFile(uint64_t dir, std::string_view path, const C
   KVFS_ASSIGN_OR_RETURN(InodeRef v, table_.Get(ino));
   uint32_t victim_uid;
   {
-    std::lock_guard<std::mutex> l(v->mu);
+    MutexLock l(v->mu());
     victim_uid = v->rec.uid;
   }
   KVFS_RETURN_IF_ERROR(CheckSticky(dir_mode, dir_uid, victim_uid, caller));
@@ -143,10 +143,11 @@ Result<uint64_t> FileSystem::Impl::PrefetchFile(uint64_t dir, std::string_view p
   }
   uint64_t started;
   {
-    std::lock_guard<std::mutex> l(i->mu);
-    if (i->is_dir()) return Status::Error(EISDIR, "prefetch of a directory");
-    KVFS_RETURN_IF_ERROR(CheckAccess(i->rec.mode, i->rec.uid, i->rec.gid, caller, kMayRead));
-    started = PrefetchLocked(i.ref());
+    const InodeRef& f = i.ref();
+    MutexLock l(f->mu());
+    if (f->is_dir()) return Status::Error(EISDIR, "prefetch of a directory");
+    KVFS_RETURN_IF_ERROR(CheckAccess(f->rec.mode, f->rec.uid, f->rec.gid, caller, kMayRead));
+    started = PrefetchLocked(f);
   }
   if (started > 0) retained_.RetainPrefetch(table_.Pin(i.ref()));
   return started;
@@ -168,20 +169,21 @@ void FileSystem::Impl::ReadFile(uint64_t dir, std::string_view path, uint64_t of
   uint64_t len = 0;
   Status fail;
   {
-    std::lock_guard<std::mutex> l(i->mu);
-    if (i->deleted) {
+    const InodeRef& f = i.ref();
+    MutexLock l(f->mu());
+    if (f->deleted) {
       // Replaced or removed after the walk: its extents may be freed by now.
       fail = Status::Error(ESTALE, "file replaced while its read started");
-    } else if (i->is_dir()) {
+    } else if (f->is_dir()) {
       fail = Status::Error(EISDIR, "read of a directory");
     } else {
-      fail = CheckAccess(i->rec.mode, i->rec.uid, i->rec.gid, caller, kMayRead);
+      fail = CheckAccess(f->rec.mode, f->rec.uid, f->rec.gid, caller, kMayRead);
     }
-    const uint64_t fsize = i->rec.size;
-    if (fail.ok() && !dest.empty()) NoteUse(i.ref(), NowNs());
+    const uint64_t fsize = f->rec.size;
+    if (fail.ok() && !dest.empty()) NoteUse(f, NowNs());
     if (fail.ok() && off < fsize && !dest.empty()) {
       len = std::min<uint64_t>(dest.size(), fsize - off);
-      PlanRead(i.ref(), off, len, dest.data(), dest.size(), &plan);
+      PlanRead(f, off, len, dest.data(), dest.size(), &plan);
       fail = plan.fail;
     }
   }

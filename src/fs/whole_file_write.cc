@@ -86,7 +86,7 @@ Result<InodeRef> FileSystem::Impl::CheckReplace(const InodeRef& p, std::string_v
                                                 const Caller& who) {
   uint32_t dir_mode, dir_uid;
   {
-    std::lock_guard<std::mutex> l(p->mu);
+    MutexLock l(p->mu());
     if (p->deleted) return Status::Error(ENOENT, "directory removed");
     KVFS_RETURN_IF_ERROR(
         CheckAccess(p->rec.mode, p->rec.uid, p->rec.gid, who, kMayWrite | kMayExec));
@@ -99,7 +99,7 @@ Result<InodeRef> FileSystem::Impl::CheckReplace(const InodeRef& p, std::string_v
     return e.status();
   }
   KVFS_ASSIGN_OR_RETURN(InodeRef y, table_.Get(*e));
-  std::lock_guard<std::mutex> l(y->mu);
+  MutexLock l(y->mu());
   KVFS_RETURN_IF_ERROR(CheckSticky(dir_mode, dir_uid, y->rec.uid, who));
   if (y->is_dir()) return Status::Error(EISDIR, "a directory has that name");
   return y;
@@ -263,10 +263,11 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
       InheritSetgid(*p, &rec);
       rec.size = ws->size;
       InodeRef file = table_.Make(rec);
-      for (uint64_t ci = 0; ci < ws->plan.size(); ++ci) {
-        ChunkState& cs = file->chunks[ci];
-        InstallExtents(cs, ci, ws->plan[ci].alloc, ws->plan[ci].crcs);
-        cs.installed_seq = ++file->chunk_seq;
+      {
+        MutexLock l(file->mu());  // no one else sees it yet
+        for (uint64_t ci = 0; ci < ws->plan.size(); ++ci) {
+          file->data.Install(ci, ws->plan[ci].alloc, ws->plan[ci].crcs);
+        }
       }
       table_.Insert(file, /*lookups=*/0, /*opens=*/0);
       // The replaced file's readers keep it (as rename-over).

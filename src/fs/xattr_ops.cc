@@ -21,7 +21,7 @@ Status FileSystem::Impl::SetXattr(uint64_t ino, std::string_view name, std::stri
   }
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   {
-    std::lock_guard<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     if (i->deleted) return Status::Error(ENOENT, "setxattr of a removed inode");
     KVFS_RETURN_IF_ERROR(xattr::Set(i->rec.xattrs, name, value, flags, Privileged(caller)));
     i->rec.ctime_ns = NowNs();
@@ -35,13 +35,13 @@ Result<std::string> FileSystem::Impl::GetXattr(uint64_t ino, std::string_view na
   // Asked around writes (security.capability): answered without the inode.
   if (xattr::IsNeverStored(name)) return Status::Error(ENODATA, std::string(name));
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
-  std::lock_guard<std::mutex> l(i->mu);
+  MutexLock l(i->mu());
   return xattr::Get(i->rec.xattrs, name, Privileged(caller));
 }
 
 Result<std::string> FileSystem::Impl::ListXattr(uint64_t ino, const Caller& caller) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
-  std::lock_guard<std::mutex> l(i->mu);
+  MutexLock l(i->mu());
   return xattr::List(i->rec.xattrs, Privileged(caller));
 }
 
@@ -49,7 +49,7 @@ Status FileSystem::Impl::RemoveXattr(uint64_t ino, std::string_view name, const 
   if (xattr::IsNeverStored(name)) return Status::Error(ENODATA, std::string(name));
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   {
-    std::lock_guard<std::mutex> l(i->mu);
+    MutexLock l(i->mu());
     if (i->deleted) return Status::Error(ENOENT, "removexattr of a removed inode");
     KVFS_RETURN_IF_ERROR(xattr::Remove(i->rec.xattrs, name, Privileged(caller)));
     i->rec.ctime_ns = NowNs();

@@ -42,7 +42,10 @@ TEST(InodeTableTest, LoadsOnceAndSplitsExtentsIntoChunks) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(*a, *b) << "one state per inode while it stays in the table";
   EXPECT_EQ(f.loads, 1);
-  EXPECT_EQ((*a)->chunks.size(), 3u);
+  {
+    MutexLock l((*a)->mu());
+    EXPECT_EQ((*a)->data.chunk_count(), 3u);
+  }
   EXPECT_TRUE((*a)->rec.extents.empty()) << "chunks hold the data";
   EXPECT_EQ((*a)->durable_size, 3 * kChunkBytes);
   EXPECT_EQ(f.table.Get(404).status().code(), ENOENT);

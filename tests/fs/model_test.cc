@@ -4,14 +4,18 @@
 // each checked against a plain map of names to bytes. A failure prints the
 // seed and step; KVFS_MODEL_SEED=<n> reruns one seed. ServedModelTest runs
 // the same with file memory on: opens served from it (the kernel's reads
-// and writes on the memory), cache drops, eviction and reuse of memory,
-// and the batch calls (WriteFile, ReadFile).
+// and writes on the memory), cache drops, memory dropped for room and
+// reused, the batch calls (WriteFile, ReadFile), and eviction (-o
+// evict=lru passes, as kvfsctl evict runs them): the files it unlinks are
+// the ones the listener names, none of them open or with data in flight,
+// and the model loses exactly those names.
 #include <cstdlib>
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <thread>
 #include <memory>
+#include <mutex>
 #include <set>
 
 #include <unistd.h>
@@ -46,8 +50,12 @@ class ModelTest : public FsTest {
     EXPECT_TRUE(fh.ok()) << fh.status().ToString();
     return {fh.ok() ? *fh : 0, bytes, nullptr};
   }
-  // A step of the derived tests' own; false if it did nothing.
-  virtual bool ExtraStep(std::mt19937_64&, std::map<std::string, Bytes>*, const std::string&) {
+  // After each remount of the run: a new FileSystem.
+  virtual void Mounted() {}
+  // A step of the derived tests' own; false if it did nothing. `open`:
+  // the handles open now (read only).
+  virtual bool ExtraStep(std::mt19937_64&, std::map<std::string, Bytes>*,
+                         const std::vector<OpenFile>&, const std::string&) {
     return false;
   }
 
@@ -172,10 +180,11 @@ class ModelTest : public FsTest {
         open.erase(open.begin() + k);
       } else if (op < 96 && !open.empty()) {  // read back through a handle
         CheckHandle(open[rng() % open.size()], where);
-      } else if (op < 98 && ExtraStep(rng, &names, where)) {
+      } else if (op < 98 && ExtraStep(rng, &names, open, where)) {
       } else if (op >= 98) {  // remount: what was closed is what comes back
         close_all();
         Remount();
+        Mounted();
         CheckNames(names, where + " after remount");
       }
       if (::testing::Test::HasFatalFailure()) return;
@@ -184,6 +193,7 @@ class ModelTest : public FsTest {
     close_all();
     CheckNames(names, "end of seed " + std::to_string(seed));
     Remount();
+    Mounted();
     CheckNames(names, "end of seed " + std::to_string(seed) + " after remount");
     EXPECT_EQ(fs_->FlushAll().code(), 0);
   }
@@ -203,7 +213,37 @@ class ServedModelTest : public ModelTest {
     FileSystemOptions o;
     o.file_memory = true;
     o.cache_bytes = 16 << 20;  // 12 MiB of file memory: files are evicted, memory reused
+    o.eviction.enabled = true;
+    o.eviction.high_pct = 100;  // passes only when the step asks (or a full volume)
+    o.eviction.low_pct = 99;
+    o.eviction.min_age_ns = 0;
     return o;
+  }
+
+  void SetUp() override {
+    ModelTest::SetUp();
+    Mounted();
+  }
+  // The names eviction unlinked, as the front end is told of them.
+  void Mounted() override {
+    fs_->SetEvictionListener([this](uint64_t parent, std::string_view name, uint64_t) {
+      std::lock_guard<std::mutex> l(evicted_mu_);
+      if (parent == kRootIno) evicted_.emplace_back(name);
+    });
+  }
+  std::vector<std::string> TakeEvicted(size_t want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(evicted_mu_);
+        if (evicted_.size() >= want || std::chrono::steady_clock::now() > deadline) {
+          std::vector<std::string> out;
+          out.swap(evicted_);
+          return out;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   OpenFile OpenExisting(uint64_t ino, const Bytes& bytes) override {
@@ -222,10 +262,31 @@ class ServedModelTest : public ModelTest {
   }
 
   bool ExtraStep(std::mt19937_64& rng, std::map<std::string, Bytes>* names,
-                 const std::string& where) override {
+                 const std::vector<OpenFile>& open, const std::string& where) override {
     const std::string name = Name(rng);
     reused_ = std::max<uint64_t>(reused_, fs_->Stats().file_memory.reused);
-    switch (rng() % 3) {
+    switch (rng() % 4) {
+      case 3: {  // an eviction pass: down to half the space used, or all it may
+        const FsStats sf = fs_->StatFs();
+        const uint64_t used_pct =
+            100 * (sf.total_blocks - sf.free_blocks) / std::max<uint64_t>(sf.total_blocks, 1);
+        Result<uint64_t> n = fs_->Evict(rng() % 2 ? 0 : static_cast<unsigned>(used_pct / 2));
+        EXPECT_TRUE(n.ok()) << where << ": " << n.status().ToString();
+        if (!n.ok()) return true;
+        const std::vector<std::string> gone = TakeEvicted(*n);
+        EXPECT_EQ(gone.size(), *n) << where;
+        for (const std::string& g : gone) {
+          auto it = names->find(g);
+          EXPECT_NE(it, names->end()) << where << ": evicted " << g << ", which is not a name";
+          if (it == names->end()) continue;
+          for (const OpenFile& o : open) {
+            EXPECT_NE(o.bytes, it->second) << where << ": evicted " << g << ", which is open";
+          }
+          names->erase(it);
+          evictions_++;
+        }
+        return true;
+      }
       case 0:  // .kvfs/drop_cache (memory that serves opens stays)
         EXPECT_TRUE(fs_->DropCache().ok()) << where;
         return true;
@@ -261,10 +322,13 @@ class ServedModelTest : public ModelTest {
 
   int served_ = 0;
   uint64_t reused_ = 0;  // the most seen in one mount
+  int evictions_ = 0;
+  std::mutex evicted_mu_;
+  std::vector<std::string> evicted_;
   std::mt19937_64 rng_{5};
 };
 
-TEST_F(ServedModelTest, ServedOpensBatchCallsAndDropsMatchTheReferenceModel) {
+TEST_F(ServedModelTest, ServedOpensBatchCallsDropsAndEvictionMatchTheReferenceModel) {
   if (const char* s = std::getenv("KVFS_MODEL_SEED")) return Run(std::strtoull(s, nullptr, 10), 4000);
   for (uint64_t seed = 11; seed <= 13; ++seed) {
     Run(seed, 1500);
@@ -272,6 +336,7 @@ TEST_F(ServedModelTest, ServedOpensBatchCallsAndDropsMatchTheReferenceModel) {
   }
   EXPECT_GT(served_, 0);
   EXPECT_GT(reused_, 0u);
+  EXPECT_GT(evictions_, 0);
   const FileMemoryCounters c = fs_->Stats().file_memory;
   EXPECT_LE(c.bytes + c.kept_bytes, c.budget_bytes);
 }
