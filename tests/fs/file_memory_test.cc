@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -48,6 +49,35 @@ class FileMemoryTest : public FsTest {
     EXPECT_EQ(pread(m.fd(), out.data(), out.size(), 0), static_cast<ssize_t>(out.size()));
     return out;
   }
+
+  // Runs `step` on a thread of its own at the first write-out's read of a
+  // file's memory (the write-out holds the memory's write-out lock), and
+  // lets the write-out go on once `step` returned, or after 1 s: a step
+  // that wrongly does not wait for the write-out ends first.
+  class AtFirstWriteOutRead {
+   public:
+    explicit AtFirstWriteOutRead(std::function<void()> step) : step_(std::move(step)) {
+      SyncPoints::Set("FileSystem::WriteOutMemory:Read", [this](void*) {
+        if (once_.exchange(true)) return;
+        thread_ = std::thread([this] {
+          step_();
+          done_.set_value();
+        });
+        done_.get_future().wait_for(std::chrono::seconds(1));
+      });
+    }
+    // Waits for the step; clears the hook.
+    ~AtFirstWriteOutRead() {
+      if (thread_.joinable()) thread_.join();
+      SyncPoints::ClearAll();
+    }
+
+   private:
+    const std::function<void()> step_;
+    std::atomic<bool> once_{false};
+    std::thread thread_;
+    std::promise<void> done_;
+  };
 
   static void KernelWrite(const FileMemory& m, uint64_t off, const std::string& data) {
     ASSERT_EQ(pwrite(m.fd(), data.data(), data.size(), static_cast<off_t>(off)),
@@ -147,25 +177,16 @@ TEST_F(FileMemoryTest, AnOlderWriteOutNeverStagesAfterANewerOne) {
   FileSystem::Opened before = OpenServed(ino, O_RDWR);  // the last cycle's open
   FileSystem::Opened writer = OpenServed(ino, O_RDWR | O_DIRECT);
   ASSERT_EQ(writer.memory, reader.memory);
-  std::atomic<bool> once{false};
-  std::thread next_cycle;
-  std::promise<void> closed;
-  SyncPoints::Set("FileSystem::WriteOutMemory:Read", [&](void*) {
-    if (once.exchange(true)) return;
-    // `before`'s write-out has read the old bytes. The writer writes and
-    // closes now; its write-out waits for this one (up to 1 s here, so
-    // that a write-out that does not wait shows as a failure).
-    next_cycle = std::thread([&] {
+  {
+    // `before`'s write-out has read the old bytes: the writer writes and
+    // closes now; its write-out waits for this one.
+    AtFirstWriteOutRead next_cycle([&] {
       KernelWrite(*writer.memory, 0, new_bytes);
       EXPECT_TRUE(fs_->Flush(writer.fh).ok());
       fs_->Release(writer.fh);
-      closed.set_value();
     });
-    closed.get_future().wait_for(std::chrono::seconds(1));
-  });
-  fs_->Release(before.fh);
-  next_cycle.join();
-  SyncPoints::ClearAll();
+    fs_->Release(before.fh);
+  }
   fs_->Release(reader.fh);
   ASSERT_TRUE(fs_->Sync().ok());
   Remount();
@@ -196,25 +217,16 @@ TEST_F(FileMemoryTest, ATruncateIsNeverUndoneByAWriteOutThatReadBeforeIt) {
   ASSERT_EQ(writer.memory, reader.memory);
   KernelWrite(*writer.memory, 0, bytes);
   ASSERT_TRUE(fs_->Flush(writer.fh).ok());
-  std::atomic<bool> once{false};
-  std::thread truncate;
-  std::promise<void> truncated;
-  SyncPoints::Set("FileSystem::WriteOutMemory:Read", [&](void*) {
-    if (once.exchange(true)) return;
-    // The release's write-out has read the bytes: a truncate now. It
-    // waits for this write-out (up to 1 s here, so that one that does not
-    // wait shows as a failure).
-    truncate = std::thread([&] {
+  {
+    // The release's write-out has read the bytes: a truncate now, which
+    // waits for this write-out.
+    AtFirstWriteOutRead truncate([&] {
       SetAttrRequest req;
       req.size = cut;
       EXPECT_TRUE(fs_->SetAttr(ino, req).ok());
-      truncated.set_value();
     });
-    truncated.get_future().wait_for(std::chrono::seconds(1));
-  });
-  fs_->Release(writer.fh);
-  truncate.join();
-  SyncPoints::ClearAll();
+    fs_->Release(writer.fh);
+  }
   fs_->Release(reader.fh);
   ASSERT_TRUE(fs_->Sync().ok());
   auto a = fs_->GetAttr(ino);

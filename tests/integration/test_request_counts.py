@@ -14,7 +14,7 @@ MiB = 1 << 20
 MAX_REQUEST = 1 * MiB  # max_write and max_read of a kvfs mount
 
 
-def counts(vol):
+def stats(vol):
     # os.open/os.read: Python's open() adds an ioctl (TCGETS) and an fstat.
     fd = os.open(vol.p(".kvfs", "stats"), os.O_RDONLY)
     try:
@@ -23,7 +23,11 @@ def counts(vol):
             text += chunk
     finally:
         os.close(fd)
-    return json.loads(text)["requests"]
+    return json.loads(text)
+
+
+def counts(vol):
+    return stats(vol)["requests"]
 
 
 def kvfs_checks_permissions():
@@ -146,19 +150,12 @@ def test_each_request_is_timed_once_and_lookups_are_never_handed_off(vol):
         with pytest.raises(FileNotFoundError):
             os.stat(vol.p(f"missing-{i}"))
     os.truncate(vol.p("k"), 10)
-    fd = os.open(vol.p(".kvfs", "stats"), os.O_RDONLY)
-    try:
-        text = b""
-        while chunk := os.read(fd, 1 << 20):
-            text += chunk
-    finally:
-        os.close(fd)
-    stats = json.loads(text)
+    snapshot = stats(vol)
     # The snapshot is taken by the OPEN of the stats file. A handled time is
     # recorded when the handler returns, just after its reply: the last
     # request before the OPEN may not be in yet. A hand-off is recorded
     # before the request runs.
-    times, requests = stats["request_times"], stats["requests"]
+    times, requests = snapshot["request_times"], snapshot["requests"]
     assert requests["lookup"] - 1 <= times["lookup"]["handled"]["count"] <= requests["lookup"]
     assert times["lookup"]["handled"]["count"] >= 50
     assert times["lookup"]["handoff"]["count"] == 0
