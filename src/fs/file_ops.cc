@@ -274,8 +274,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
   SubmitAllStaged(i);
   // A stored key is loaded later, from kvfs (the connector's own memory
   // tier holds it meanwhile): memory of its size is made ahead of that load.
-  if (h->writable() && ram_->memory() && i->is_reg() && i->rec.size >= kMinFileMemoryBytes &&
-      i->rec.size <= options_.prefetch_file_max_bytes) {
+  if (h->writable() && MemoryEligible(i)) {
     ram_->memory()->ExpectLoad(AlignUp(i->rec.size, kBlockSize));
   }
   if (table_.opens(*i) > 0) return;  // reopened meanwhile
