@@ -32,6 +32,7 @@
 #include "daemon/daemon_log.h"
 #include "daemon/fault_hooks.h"
 #include "fs/file_system.h"
+#include "fuse/crash_guard.h"
 #include "fuse/daemon.h"
 #include "fuse/detach.h"
 #include "fuse/passthrough.h"
@@ -125,6 +126,10 @@ kvfs::Result<std::unique_ptr<kvfs::volume::Volume>> OpenVolume(
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The daemon runs itself again as its crash guard (fuse/crash_guard.h).
+  if (argc > 1 && std::strcmp(argv[1], "--crash-guard") == 0) {
+    return kvfs::fuse::CrashGuard::Main(argc - 1, argv + 1);
+  }
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
   auto parsed = kvfs::daemon::ParseCommandLine(&args);
   if (!parsed.ok()) Fail(parsed.status().context());

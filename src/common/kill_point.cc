@@ -20,6 +20,7 @@ struct Config {
   std::vector<std::string> prefixes;  // GUARDED_BY(mu); empty: every point
   uint64_t skip = 0;                  // GUARDED_BY(mu): matching reaches left to pass
   std::atomic<uint32_t> odds{0};
+  std::atomic<bool> stall{false};     // the next kill stops its thread instead
 };
 
 std::vector<std::string> SplitPrefixes(const std::string& text) {
@@ -48,6 +49,7 @@ Config& Conf() {
     if (const char* skip = std::getenv("KVFS_KILL_SKIP")) {
       conf->skip = std::strtoull(skip, nullptr, 10);
     }
+    if (const char* stall = std::getenv("KVFS_KILL_STALL")) conf->stall.store(*stall == '1');
     return conf;
   }();
   return *c;
@@ -83,6 +85,12 @@ void KillPoints::Reach(const char* name) {
   if (odds == 0 || !Armed(c, name)) return;
   thread_local std::minstd_rand rng(std::random_device{}());
   if (odds > 1 && rng() % odds != 0) return;
+  if (c.stall.exchange(false)) {
+    std::string line = std::string("kvfs: kill point ") + name + ": stalled\n";
+    ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)n;
+    for (;;) ::pause();
+  }
   // write(2), not a logger: nothing buffered may be lost to the kill.
   std::string line = std::string("kvfs: kill point ") + name + ": SIGKILL\n";
   ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());

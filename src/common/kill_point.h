@@ -12,8 +12,12 @@
 //   KVFS_KILL_POINTS=P,Q  only points whose name starts with P or Q
 //   KVFS_KILL_SKIP=K      the first K reaches of those points never kill (a
 //                         test that kills at the K+1th batch of a pass)
+//   KVFS_KILL_STALL=1     the first reach that would kill stops its thread
+//                         for good instead, and later reaches pass (a test
+//                         that needs a request the daemon never answers)
 // Before the kill, one line "kvfs: kill point NAME: SIGKILL" is written to
-// standard error (so a test can count kills per point).
+// standard error (so a test can count kills per point); before a stall,
+// "kvfs: kill point NAME: stalled".
 //
 // Builds with NDEBUG (release) compile the points out; with nothing set a
 // point costs one relaxed atomic load.

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "common/format.h"
+#include "common/kill_point.h"
 #include "fs/calls.h"
 #include "fs/file_system_impl.h"
 
@@ -413,6 +414,7 @@ void FileSystem::ReleaseDir(uint64_t dh) { impl_->ReleaseDir(dh); }
 FsStats FileSystem::StatFs() { return impl_->StatFs(); }
 Status FileSystem::FlushAll() { return impl_->FlushAll(); }
 Status FileSystem::Sync() {
+  KVFS_KILL_POINT("FileSystem::Sync");  // asked, nothing forced yet
   KVFS_RETURN_IF_ERROR(impl_->FlushAll());
   return impl_->committer_->Drain(/*sync=*/true);
 }

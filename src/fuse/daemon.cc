@@ -193,6 +193,7 @@ Status Mount::MountAt(fs::FileSystem& fs, const std::string& mountpoint) {
     return Status::Error(EIO, log.Take("cannot mount at " + mountpoint));
   }
   mounted_ = true;
+  guard_ = CrashGuard::Start(mountpoint);
   notifier_ = EvictNotifier::Install(fs, se_);
   Status uring = Status::Error(EOPNOTSUPP, "transport=dev");
   if (options_.transport != Transport::kDev) {
@@ -232,14 +233,17 @@ Mount::~Mount() {
     // now: freeing the session under it would be a use after free. The
     // process is ending; its exit closes the fd and ends the call.
     spdlog::warn("eviction: a kernel notification is still blocked; leaving the session open");
-    // What the blocked call may still touch when it returns stays too.
+    // What the blocked call may still touch when it returns stays too, and
+    // the guard ends the connection when this thread exits.
     (void)state_.release();
     (void)uring_.release();
+    guard_.Leave();
     return;
   }
   if (mounted_) fuse_session_unmount(se_);
   passthrough_->Detach();  // the kernel drops every backing id with the fd
   fuse_session_destroy(se_);
+  guard_.Disarm();
 }
 
 Status Mount::Run() {

@@ -31,6 +31,7 @@
 
 #include "common/status.h"
 #include "fs/file_system.h"
+#include "fuse/crash_guard.h"
 #include "fuse/evict_notifier.h"
 #include "fuse/passthrough.h"
 #include "fuse/session_state.h"
@@ -87,7 +88,9 @@ class Mount {
   Mount& operator=(const Mount&) = delete;
 
   // Mounts at `mountpoint` (absolute), serving `fs`, which must outlive the
-  // Mount. Call once. Fails with libfuse's reason.
+  // Mount, and starts its crash guard (fuse/crash_guard.h): the calling
+  // thread must serve (Run) and destroy the Mount. Call once. Fails with
+  // libfuse's reason.
   Status MountAt(fs::FileSystem& fs, const std::string& mountpoint);
 
   // Serves requests (fuse/request_loop.h) until the file
@@ -103,6 +106,7 @@ class Mount {
   std::unique_ptr<UringTransport> uring_;  // outlives the session's fd
   std::unique_ptr<Passthrough> passthrough_;
   std::shared_ptr<EvictNotifier> notifier_;  // stopped before the session goes
+  CrashGuard guard_;  // from the mount to the session's end
   fuse_session* se_ = nullptr;
   bool mounted_ = false;
 };

@@ -3,12 +3,14 @@ a writer stores keys. After each crash: fsck finds nothing but orphans,
 every fsynced version is present with its exact bytes (or a newer one),
 every visible key holds exactly one complete version, and no temp file is
 mistaken for a final one."""
+import errno
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -135,3 +137,89 @@ def test_kill_9_during_o_tmpfile_publishes_tears_nothing(workdir):
     # The writer published (it stops quietly at its first failed call, so a
     # link that always failed would pass the rounds with nothing to check).
     assert renamed, "no key was published in any round"
+
+
+def kernel_stacks(pid):
+    """The kernel stacks of `pid`'s threads, joined (root reads them)."""
+    out = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return ""
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stack") as f:
+                out.append(f.read())
+        except OSError:
+            pass
+    return "\n".join(out)
+
+
+def test_a_daemon_killed_while_it_notifies_the_kernel_never_hangs_the_mount(workdir):
+    """A daemon thread telling the kernel to drop a cached name waits,
+    uninterruptibly, for the directory's lock; a client holding that lock
+    may be waiting for the daemon. Killed then, the daemon cannot finish
+    exiting and the client would wait forever: the crash guard ends the
+    connection, so the client gets ENOTCONN and the daemon is gone. Made
+    deterministic with a stalled kill point (a debug build's): an fsync of
+    the directory holds its lock while the daemon never answers it; a batch
+    WRITE of a name in it then makes the daemon notify the kernel."""
+    with open(os.environ["KVFS_BIN"], "rb") as f:
+        if b"Committer::BeforeIndexCommit" not in f.read():
+            pytest.skip("a release build: kill points are compiled out")
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+    import kvfs  # noqa: PLC0415
+
+    v = Volume(workdir, 1 * GiB)
+    v.mount.env = {"KVFS_KILL_ODDS": "1", "KVFS_KILL_POINTS": "FileSystem::Sync",
+                   "KVFS_KILL_STALL": "1"}
+    v.mount.start()
+    pid = v.mount.proc.pid
+    os.mkdir(v.p("dir"))
+    outcome = {}
+
+    def fsync_dir():
+        fd = os.open(v.p("dir"), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+            outcome["fsync"] = 0
+        except OSError as e:
+            outcome["fsync"] = e.errno
+        finally:
+            os.close(fd)
+
+    def batch_write():
+        try:
+            with kvfs.Client(v.path) as c:
+                outcome["batch"] = [r.status for r in c.write_batch([("dir/key", b"x" * 4096)])]
+        except OSError as e:
+            outcome["batch"] = e.errno
+
+    syncer = threading.Thread(target=fsync_dir, daemon=True)
+    syncer.start()
+    deadline = time.monotonic() + 30
+    while "FileSystem::Sync: stalled" not in v.mount.read_log():
+        assert time.monotonic() < deadline, "the fsync never reached the stalled point"
+        time.sleep(0.02)
+    writer = threading.Thread(target=batch_write, daemon=True)
+    writer.start()
+    deadline = time.monotonic() + 30
+    while "fuse_reverse_inval" not in kernel_stacks(pid):
+        assert time.monotonic() < deadline, \
+            f"no daemon thread waits in the kernel's invalidation:\n{kernel_stacks(pid)}"
+        time.sleep(0.02)
+
+    v.mount.proc.kill()
+    try:
+        v.mount.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        v.mount.abort()  # free what is stuck, so the run can go on
+        pytest.fail("kvfs did not exit within 30 s of kill -9: a thread in a kernel "
+                    f"notification held it:\n{kernel_stacks(pid)}")
+    syncer.join(30)
+    writer.join(30)
+    assert not syncer.is_alive() and not writer.is_alive(), "a client still waits"
+    assert outcome["fsync"] in (errno.ENOTCONN, errno.ECONNABORTED), outcome
+    detach(v.mount)
+    # What was committed before the kill is intact.
+    assert fsck_findings(v.image) in ([], ["orphan"])
