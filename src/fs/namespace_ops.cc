@@ -136,12 +136,17 @@ Result<Attr> FileSystem::Impl::SetAttrLocked(const InodeRef& i, const SetAttrReq
   const int64_t now = NowNs();
   if (req.size) {
     if (i->is_dir()) return Status::Error(EISDIR, "truncate");
-    // Opens served from the file's memory read its size there.
-    KVFS_RETURN_IF_ERROR(i->data.ResizeServed(*req.size, /*grow_only=*/false));
+    // Opens served from the file's memory read its size there. What may
+    // fail goes first, so that a failed truncate changes nothing: growing
+    // the memory (tmpfs may be full), or a cut's restaging of the chunk it
+    // falls in (the volume may be full); cutting the memory cannot fail.
+    const bool grows = *req.size >= i->rec.size;
+    if (grows) KVFS_RETURN_IF_ERROR(i->data.ResizeServed(*req.size, /*grow_only=*/false));
     if (*req.size != i->rec.size) {
       KVFS_RETURN_IF_ERROR(TruncateData(i, *req.size));
       i->rec.mtime_ns = now;
     }
+    if (!grows) KVFS_RETURN_IF_ERROR(i->data.ResizeServed(*req.size, /*grow_only=*/false));
   }
   if (req.mode) i->rec.mode = (i->rec.mode & S_IFMT) | (*req.mode & 07777);
   if (req.uid) i->rec.uid = *req.uid;

@@ -203,6 +203,37 @@ TEST_F(FileMemoryTest, AnOlderWriteOutNeverStagesAfterANewerOne) {
 // (the kernel sends it after close(2) returned): the write-out read the
 // bytes before the truncate; staged after it, they would give the file
 // its old size back. The truncate waits for the write-out.
+TEST_F(FileMemoryTest, ATruncateThatFailsOnAFullVolumeLeavesServedReadersTheWholeFile) {
+  // A cut inside a chunk restages that chunk's head; on a full volume the
+  // truncate fails with ENOSPC, and a reader served from the file's memory
+  // still sees every byte (the memory is cut only once the cut is sure).
+  const std::string a = Pattern(3 << 20, 5);
+  const uint64_t ino = Store(kRootIno, "a", a);
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  FileSystem::Opened reader = OpenServed(ino, O_RDONLY);
+  ASSERT_NE(reader.memory, nullptr);
+  auto c = fs_->Create(kRootIno, "fill", 0644, O_WRONLY, Caller{});
+  ASSERT_TRUE(c.ok());
+  const std::string mib(1 << 20, 'f');
+  for (uint64_t off = 0;; off += mib.size()) {
+    auto w = fs_->Write(c->fh, off, mib);
+    if (!w.ok() || *w < mib.size()) break;
+  }
+  fs_->Release(c->fh);
+  SetAttrRequest cut;
+  cut.size = (3 << 20) / 2;
+  auto r = fs_->SetAttr(ino, cut);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ENOSPC);
+  const std::string seen = KernelRead(*reader.memory);
+  EXPECT_EQ(seen.size(), a.size());
+  EXPECT_TRUE(seen == a) << "the served bytes changed";
+  auto attr = fs_->GetAttr(ino);
+  ASSERT_TRUE(attr.ok());
+  EXPECT_EQ(attr->size, a.size());
+  fs_->Release(reader.fh);
+}
+
 TEST_F(FileMemoryTest, ATruncateIsNeverUndoneByAWriteOutThatReadBeforeIt) {
 #ifdef NDEBUG
   GTEST_SKIP() << "sync points are compiled out";
