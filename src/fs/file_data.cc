@@ -65,22 +65,27 @@ FileData::~FileData() = default;
 
 // ------------------------------------------------------------------ chunks
 
-bool FileData::Load(const std::vector<index::FileExtent>& extents) {
+bool FileData::Load(const std::vector<index::FileExtent>& extents, uint64_t size) {
   std::map<uint64_t, ChunkState> chunks;
   for (const index::FileExtent& fe : extents) {
     const uint64_t ci = fe.file_off / kChunkBytes;
     if (fe.file_off + fe.ext.len > (ci + 1) * kChunkBytes) return false;
-    chunks[ci].extents.push_back(fe);
+    ChunkState& cs = chunks[ci];
+    cs.extents.push_back(fe);
+    cs.installed_valid = ChunkValid(size, ci * kChunkBytes);
+    cs.gen = ++gen_;
   }
   chunks_ = std::move(chunks);
   return true;
 }
 
 void FileData::Install(uint64_t ci, const std::vector<Extent>& alloc,
-                       const std::vector<uint32_t>& crcs) {
+                       const std::vector<uint32_t>& crcs, uint64_t valid) {
   ChunkState& cs = chunks_[ci];
   InstallExtents(cs, ci, alloc, crcs);
   cs.installed_seq = ++chunk_seq_;
+  cs.installed_valid = valid;
+  cs.gen = ++gen_;
 }
 
 bool FileData::HasVersion() const {
@@ -288,6 +293,7 @@ FileData::Staging FileData::Stage(uint64_t ci, const std::shared_ptr<ChunkBuf>& 
     cb->valid = chunk_valid;  // a hole or a full overwrite: zeros so far
   }
   cs.staged = cb;
+  cs.gen = ++gen_;
   return Staging::kStaged;
 }
 
@@ -307,6 +313,7 @@ FileData::Staging FileData::StageRead(uint64_t ci, const std::shared_ptr<ChunkBu
   }
   cb->valid = chunk_valid;
   now.staged = cb;
+  now.gen = ++gen_;
   return Staging::kStaged;
 }
 
@@ -331,7 +338,9 @@ bool FileData::GrowReservation(uint64_t ci, const void* id, const std::vector<Ex
 }
 
 void FileData::CopyIn(uint64_t ci, uint64_t lo, uint64_t hi, const char* src) {
-  ChunkBuf& cb = *chunks_.at(ci).staged;
+  ChunkState& cs = chunks_.at(ci);
+  cs.gen = ++gen_;
+  ChunkBuf& cb = *cs.staged;
   cb.ZeroTo(lo);  // a gap before this write reads as zeros
   std::memcpy(cb.buf.data() + lo, src, hi - lo);
   cb.clean = std::max(cb.clean, hi);
@@ -340,6 +349,7 @@ void FileData::CopyIn(uint64_t ci, uint64_t lo, uint64_t hi, const char* src) {
 
 std::shared_ptr<ChunkBuf> FileData::Submit(uint64_t ci, std::vector<Extent>* spare) {
   ChunkState& cs = chunks_[ci];
+  cs.gen = ++gen_;
   std::shared_ptr<ChunkBuf> cb = std::move(cs.staged);
   cs.staged.reset();
   const uint64_t bytes = AlignUp(cb->valid, kBlockSize);
@@ -364,6 +374,7 @@ std::shared_ptr<ChunkBuf> FileData::Submit(uint64_t ci, std::vector<Extent>* spa
     // Nothing left in the chunk (truncated to its start): its old data goes.
     for (const auto& fe : cs.extents) free_pending_.push_back(fe.ext);
     cs.extents.clear();
+    cs.installed_valid = 0;
     if (cs.empty()) chunks_.erase(ci);
     return nullptr;
   }
@@ -379,6 +390,7 @@ WrittenOutcome FileData::Written(uint64_t ci, const std::shared_ptr<ChunkBuf>& c
   WrittenOutcome out;
   out.gates = EndWrite();
   auto it = chunks_.find(ci);
+  if (it != chunks_.end()) it->second.gen = ++gen_;
   const bool current = it != chunks_.end() && !deleted && cb->trunc_epoch == trunc_epoch_ &&
                        cb->seq > it->second.installed_seq;
   if (!st.ok()) {
@@ -400,6 +412,7 @@ WrittenOutcome FileData::Written(uint64_t ci, const std::shared_ptr<ChunkBuf>& c
     }
     InstallExtents(cs, ci, cb->alloc, crcs);
     cs.installed_seq = cb->seq;
+    cs.installed_valid = cb->valid;
     cs.failed = false;
     out.installed = true;
     out.queue_change = NoteInstalled();
@@ -413,15 +426,43 @@ WrittenOutcome FileData::Written(uint64_t ci, const std::shared_ptr<ChunkBuf>& c
   return out;
 }
 
-bool FileData::TruncateStagesHead(uint64_t new_size, uint64_t old_size) const {
+bool FileData::TruncateWritesHead(uint64_t new_size, uint64_t old_size) const {
   if (new_size >= old_size || new_size % kChunkBytes == 0) return false;
-  auto it = chunks_.find(new_size / kChunkBytes);
-  return it != chunks_.end() && !it->second.staged;
+  return chunks_.count(new_size / kChunkBytes) > 0;
+}
+
+FileData::Head FileData::TakeHead(uint64_t new_size, char* buf) const {
+  const uint64_t ci = new_size / kChunkBytes;
+  const uint64_t cut = new_size % kChunkBytes;
+  const ChunkState& cs = chunks_.at(ci);
+  Head h;
+  h.ci = ci;
+  h.gen = cs.gen;
+  // What reads of the chunk return now (PlanRead): the staged or the
+  // in-flight version, else the installed one (a failed write's chunk
+  // keeps the version before it, as a partial overwrite would).
+  if (const ChunkBuf* mem = cs.staged ? cs.staged.get() : cs.inflight.get()) {
+    mem->CopyOut(0, cut, buf);
+    return h;
+  }
+  std::memset(buf, 0, cut);  // holes between the extents read as zeros
+  for (const index::FileExtent& fe : cs.extents) {
+    if (fe.file_off < ci * kChunkBytes + cut) h.read.push_back(fe);
+  }
+  return h;
+}
+
+bool FileData::HeadCurrent(const Head& h) const {
+  auto it = chunks_.find(h.ci);
+  return it != chunks_.end() && it->second.gen == h.gen;
 }
 
 void FileData::Truncate(uint64_t new_size, uint64_t old_size, std::vector<Extent>* free_now,
-                        std::vector<uint64_t>* dropped) {
+                        std::vector<uint64_t>* dropped, const WrittenHead* head) {
   if (new_size >= old_size) return;
+  // What the last capture named past the cut is gone: a capture holds a
+  // size back to no more than this.
+  cut_since_capture_ = std::min(cut_since_capture_, new_size);
   const uint64_t cut = new_size % kChunkBytes;
   const uint64_t ci = new_size / kChunkBytes;
   trunc_epoch_++;  // in-flight versions of dropped chunks are obsolete
@@ -439,11 +480,32 @@ void FileData::Truncate(uint64_t new_size, uint64_t old_size, std::vector<Extent
   for (auto& [c, cs] : chunks_) {
     if (cs.inflight) cs.inflight->trunc_epoch = trunc_epoch_;
   }
+  if (head != nullptr) {
+    // The head, written, is the chunk's version now: what was staged is in
+    // it, a version being written lands obsolete (an older number), the
+    // installed one is freed after the next capture.
+    ChunkState& cs = chunks_[head->ci];
+    for (const auto& fe : cs.extents) free_pending_.push_back(fe.ext);
+    cs.extents.clear();
+    if (cs.staged) {
+      free_now->insert(free_now->end(), cs.staged->alloc.begin(), cs.staged->alloc.end());
+      cs.staged.reset();
+    }
+    cs.inflight.reset();
+    InstallExtents(cs, head->ci, head->alloc, head->crcs);
+    cs.installed_seq = ++chunk_seq_;
+    cs.installed_valid = head->valid;
+    cs.failed = false;
+    cs.gen = ++gen_;
+    return;
+  }
   auto it = chunks_.find(ci);
   if (cut != 0 && it != chunks_.end() && it->second.staged) {
+    // Not reached (TruncateWritesHead asks for the head); kept consistent.
     ChunkBuf& cb = *it->second.staged;
     cb.clean = std::min(cb.clean, cut);  // the cut bytes are garbage now
     cb.valid = std::min(cb.valid, cut);
+    it->second.gen = ++gen_;
   }
 }
 
@@ -451,34 +513,37 @@ void FileData::Truncate(uint64_t new_size, uint64_t old_size, std::vector<Extent
 
 uint64_t FileData::Capture(uint64_t size, uint64_t durable, std::vector<index::FileExtent>* extents,
                            std::vector<Extent>* frees) {
-  // The size is held back to the start of the first chunk past the last
-  // captured size whose new data is not written yet, so a crash never
-  // shows a grown file with a hole where unwritten data should be.
+  durable = std::min(durable, cut_since_capture_);
+  cut_since_capture_ = UINT64_MAX;
+  // A chunk whose newest version is not written yet (staged, being
+  // written, lost to a failed write) is named at its installed version
+  // while that holds every byte the file has in the chunk: an older
+  // version of it, written whole. The record is never held back below
+  // data already written that a newer change has not reached the device
+  // yet (a store's data, restaged by a rewrite before any capture named
+  // it). Past the last captured size, and past what the installed
+  // version holds, the size is held back to where that version ends (the
+  // chunk's start if it has none), so a crash never shows a grown file
+  // with a hole where unwritten data should be. Below the last captured
+  // size a chunk's installed version stays named as that capture named it.
   for (const auto& [ci, cs] : chunks_) {
-    if ((cs.staged || cs.inflight || cs.failed) && (ci + 1) * kChunkBytes > durable) {
-      size = std::min(size, std::max(durable, ci * kChunkBytes));
-      break;
-    }
+    if (!cs.staged && !cs.inflight && !cs.failed) continue;
+    const uint64_t cstart = ci * kChunkBytes;
+    if (cstart + kChunkBytes <= durable) continue;
+    const uint64_t kept = cs.failed || cs.extents.empty() ? 0 : cs.installed_valid;
+    if (kept >= ChunkValid(size, cstart)) continue;
+    size = std::min(size, std::max(durable, cstart + kept));
+    break;
   }
-  uint64_t limit = AlignUp(size, kBlockSize);
-  // A truncate that cut inside an extent staged the chunk's head, to be
-  // written as a new extent; until that is installed the old extent is
-  // the only copy of the head's bytes. The record keeps it, and its size
-  // reaches the extent's end or the old size (a prefix of the old file, as
-  // growth is held back above), or a crash would leave the new size over zeros.
-  for (const auto& [ci, cs] : chunks_) {
-    if (!cs.staged && !cs.inflight) continue;
-    for (const index::FileExtent& fe : cs.extents) {
-      if (fe.file_off < limit && fe.file_off + fe.ext.len > limit) {
-        // Not past the old size: the extent's last block may hold more.
-        size = std::min(fe.file_off + fe.ext.len, std::max(size, durable));
-        limit = std::max(limit, fe.file_off + fe.ext.len);
-      }
-    }
-  }
+  // Every extent that holds bytes below the size. A chunk's installed
+  // extents end at AlignUp(installed_valid), never past the file's size
+  // (a truncate installs the head it cut first), so none crosses the
+  // limit; one that does (a record an older kvfs wrote) is kept: leaving
+  // it out would read its bytes below the size as zeros.
+  const uint64_t limit = AlignUp(size, kBlockSize);
   for (const auto& [ci, cs] : chunks_) {
     for (const index::FileExtent& fe : cs.extents) {
-      if (fe.file_off + fe.ext.len <= limit) extents->push_back(fe);
+      if (fe.file_off < limit) extents->push_back(fe);
     }
   }
   frees->insert(frees->end(), free_pending_.begin(), free_pending_.end());
@@ -491,6 +556,7 @@ void FileData::TakeAll(std::vector<Extent>* frees) {
   for (auto& [ci, cs] : chunks_) {
     for (const auto& fe : cs.extents) frees->push_back(fe.ext);
     cs.extents.clear();
+    cs.installed_valid = 0;
   }
   frees->insert(frees->end(), free_pending_.begin(), free_pending_.end());
   free_pending_.clear();

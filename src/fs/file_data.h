@@ -108,6 +108,13 @@ struct ChunkState {
   std::shared_ptr<ChunkBuf> inflight;  // newest version being written
   std::vector<index::FileExtent> extents;  // installed (written) version
   uint64_t installed_seq = 0;
+  // Content bytes of the installed version from the chunk start (0: none):
+  // a capture that cannot name a newer version yet names this one, and
+  // needs to know how far it reaches (its extents end at a block).
+  uint64_t installed_valid = 0;
+  // FileData's count of changes at the chunk's last change: a truncate
+  // that wrote the chunk's head with the lock let go of checks it.
+  uint64_t gen = 0;
   // Its newest write failed: reads of it fail with EIO, and the committed
   // size stays below it, until a later version is written.
   bool failed = false;
@@ -150,14 +157,15 @@ class FileData {
   Mutex& mu() const RETURN_CAPABILITY(mu_) { return mu_; }
 
   // ---------------------------------------------------------------- chunks
-  // The extents of the file's record (at load from the index), installed.
-  // False (and nothing kept) if one crosses a chunk's end.
-  bool Load(const std::vector<index::FileExtent>& extents) REQUIRES(mu_);
+  // The extents of the file's record (at load from the index; the file
+  // `size` bytes), installed. False (and nothing kept) if one crosses a
+  // chunk's end.
+  bool Load(const std::vector<index::FileExtent>& extents, uint64_t size) REQUIRES(mu_);
   // Installs a chunk written whole for a file no one else sees yet
   // (WriteFile's new inode): extents `alloc` laid out from the chunk's
-  // start, with checksums `crcs`.
-  void Install(uint64_t ci, const std::vector<Extent>& alloc, const std::vector<uint32_t>& crcs)
-      REQUIRES(mu_);
+  // start, with checksums `crcs`, holding `valid` content bytes.
+  void Install(uint64_t ci, const std::vector<Extent>& alloc, const std::vector<uint32_t>& crcs,
+               uint64_t valid) REQUIRES(mu_);
   size_t chunk_count() const REQUIRES(mu_) { return chunks_.size(); }
 
   // Versions. A file of `size` has a version a memory may hold when no
@@ -257,22 +265,55 @@ class FileData {
   // WrittenOutcome. Ends the write (EndWrite).
   WrittenOutcome Written(uint64_t ci, const std::shared_ptr<ChunkBuf>& cb, const Status& st,
                          bool deleted) REQUIRES(mu_);
-  // A truncate of a file of `old_size` to `new_size`: whether the chunk
-  // the cut falls in must be staged first (it keeps its head).
-  bool TruncateStagesHead(uint64_t new_size, uint64_t old_size) const REQUIRES(mu_);
-  // The truncate itself (the head staged): chunks past the new size are
-  // dropped (their extents freed after the next capture; their staged
-  // space to *free_now, their indexes to *dropped), versions being written
-  // of them made obsolete, and the staged head cut.
+  // A truncate of a file of `old_size` to `new_size`: whether the cut falls
+  // inside a chunk that holds data (staged, being written, written), whose
+  // head must then be written before the cut takes effect (TakeHead,
+  // HeadCurrent, Truncate with the head). A cut that took effect before
+  // its head is written would leave captures nothing to name but the new
+  // size over the old chunk's extents or over none: after a crash, a size
+  // the file never had or its bytes gone.
+  bool TruncateWritesHead(uint64_t new_size, uint64_t old_size) const REQUIRES(mu_);
+  // The head of the chunk a cut at `new_size` falls in, as it is now:
+  // bytes [0, new_size % kChunkBytes) of it. What is in memory (staged,
+  // being written) is copied into `buf` now (zeros past it); else the
+  // installed extents to read into `buf` (zeroed, holes stay zeros) are in
+  // `read`. REQUIRES: TruncateWritesHead.
+  struct Head {
+    uint64_t ci = 0;
+    uint64_t gen = 0;  // the chunk's state it was taken from
+    std::vector<index::FileExtent> read;
+  };
+  Head TakeHead(uint64_t new_size, char* buf) const REQUIRES(mu_);
+  // Whether the chunk is still as TakeHead found it (the lock was let go
+  // of while the head was read and written).
+  bool HeadCurrent(const Head& h) const REQUIRES(mu_);
+  // The head, written: its extents (laid out from the chunk's start, with
+  // checksums) and content bytes.
+  struct WrittenHead {
+    uint64_t ci = 0;
+    std::vector<Extent> alloc;
+    std::vector<uint32_t> crcs;
+    uint64_t valid = 0;
+  };
+  // The truncate itself: chunks past the new size are dropped (their
+  // extents freed after the next capture; their staged space to
+  // *free_now, their indexes to *dropped), versions being written of them
+  // made obsolete. `head` (TruncateWritesHead: required, HeadCurrent) is
+  // installed as its chunk's version, replacing what was staged (its
+  // space to *free_now), written (obsolete) or installed there.
   void Truncate(uint64_t new_size, uint64_t old_size, std::vector<Extent>* free_now,
-                std::vector<uint64_t>* dropped) REQUIRES(mu_);
+                std::vector<uint64_t>* dropped, const WrittenHead* head = nullptr) REQUIRES(mu_);
 
   // ---------------------------------------------------------------- commits
   // The data half of capturing the record of a file of `size` whose last
-  // captured size is `durable`: the size the record may have (held back
-  // below chunks not written yet, held up over an extent a truncate cut
-  // whose new head is not written), the extents it names, and the
-  // replaced extents to free once it commits (*frees). Captured() too.
+  // captured size is `durable`: the size the record may have, the extents
+  // it names, and the replaced extents to free once it commits (*frees).
+  // Captured() too. A chunk whose newest version is not written yet is
+  // named at its installed (older, complete) version while that holds all
+  // the bytes the file has in it; else the size is held back to where that
+  // version ends (or to the captured size, or to the chunk's start), so a
+  // crash never shows a grown file with a hole where unwritten data should
+  // be, nor a file cut below data already written.
   uint64_t Capture(uint64_t size, uint64_t durable, std::vector<index::FileExtent>* extents,
                    std::vector<Extent>* frees) REQUIRES(mu_);
   // The file's record is deleted: every extent it has or had, to *frees.
@@ -390,6 +431,11 @@ class FileData {
   std::map<uint64_t, ChunkState> chunks_ GUARDED_BY(mu_);
   uint64_t chunk_seq_ GUARDED_BY(mu_) = 0;
   uint64_t trunc_epoch_ GUARDED_BY(mu_) = 0;
+  // Counts changes of chunks (ChunkState::gen).
+  uint64_t gen_ GUARDED_BY(mu_) = 0;
+  // The lowest size a truncate cut the file to since the last capture:
+  // what the last captured size covered past it is gone.
+  uint64_t cut_since_capture_ GUARDED_BY(mu_) = UINT64_MAX;
   // Replaced extents, freed after the next capture commits.
   std::vector<Extent> free_pending_ GUARDED_BY(mu_);
   // Reads of a file too large to load whole: where the last one ended, and

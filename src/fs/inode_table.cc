@@ -34,7 +34,7 @@ Result<InodeRef> InodeTable::Load(uint64_t ino) {
   InodeRef state = Make(std::move(rec));
   state->durable_size = state->rec.size;  // the record is the index's
   MutexLock l(state->mu());  // no one else sees it yet
-  if (!state->data.Load(extents)) {
+  if (!state->data.Load(extents, state->rec.size)) {
     for (const index::FileExtent& fe : extents) {
       if (fe.file_off + fe.ext.len > (fe.file_off / kChunkBytes + 1) * kChunkBytes) {
         return Status::Error(EUCLEAN, "inode " + std::to_string(ino) + ": extent at file offset " +

@@ -266,7 +266,7 @@ void FileSystem::Impl::FinishWriteFile(const std::shared_ptr<WriteState>& ws) {
       {
         MutexLock l(file->mu());  // no one else sees it yet
         for (uint64_t ci = 0; ci < ws->plan.size(); ++ci) {
-          file->data.Install(ci, ws->plan[ci].alloc, ws->plan[ci].crcs);
+          file->data.Install(ci, ws->plan[ci].alloc, ws->plan[ci].crcs, ws->plan[ci].valid);
         }
       }
       table_.Insert(file, /*lookups=*/0, /*opens=*/0);

@@ -2,13 +2,14 @@
 // copies into a chunk's staging buffer; a chunk written to its end, or any
 // staged chunk at flush/close/fsync, is submitted to its reserved extents;
 // when its writes complete the new extents are installed and a change
-// capturing them is queued (changes.cc). Also truncate, which drops and
-// restages chunks.
+// capturing them is queued (changes.cc). Also truncate, which drops chunks
+// and writes the head of the one it cuts.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/crc32c.h"
 #include "common/format.h"
@@ -305,24 +306,100 @@ void FileSystem::Impl::OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr
 }
 
 // Cuts (or grows) the file to `new_size`. Chunks past it are dropped (their
-// extents freed once the new size is committed); the chunk that straddles
-// it is restaged with zeros past the cut so a later grow reads zeros. On
-// error (no staging memory or space for that chunk, its old bytes
-// unreadable) nothing has changed. May drop and retake inode->mu().
+// extents freed once the new size is committed). A cut inside a chunk that
+// holds data first writes the chunk's head (its bytes up to the cut, zeros
+// after it in its last block) to new space, with the lock let go of, and
+// the cut takes effect with that head installed: no capture ever sees the
+// new size before the bytes under it are written. (A head only staged
+// left a capture nothing true to name: the new size over the old chunk's
+// extents, or the size held back to the chunk's start, below data already
+// written; after a kill -9 the file came back cut or empty.) On error (no
+// space, the old bytes unreadable, the head's write failed) nothing has
+// changed. May drop and retake inode->mu().
 Status FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) {
-  if (inode->data.TruncateStagesHead(new_size, inode->rec.size)) {
-    // The chunk the cut falls in keeps its head: stage it (reading the
-    // old bytes) before anything is dropped. Without a buffer, space or
-    // the old bytes, the truncate fails and the file stays as it was.
-    Status st = StageChunk(inode, new_size / kChunkBytes, 0, new_size % kChunkBytes);
-    if (!st.ok()) return st.Annotate("truncate of inode " + std::to_string(inode->ino));
+  const uint64_t ci = new_size / kChunkBytes;
+  const uint64_t cstart = ci * kChunkBytes;
+  const uint64_t cut = new_size % kChunkBytes;
+  const uint64_t bytes = AlignUp(cut, kBlockSize);
+  std::optional<FileData::WrittenHead> head;
+  device::PoolBuffer buf;
+  // Until the head is written from the chunk as it is when the write ends
+  // (a writer or a completion may change it while the lock is let go of).
+  while (inode->data.TruncateWritesHead(new_size, inode->rec.size)) {
+    if (!buf) {
+      buf = volume_.buffers().TryAcquire();
+      if (!buf) {
+        inode->mu().unlock();
+        buf = AcquireBuffer();
+        inode->mu().lock();
+        continue;  // look again
+      }
+    }
+    std::vector<Extent> alloc;
+    Status reserved = WithSpace(
+        bytes,
+        [&]() -> Status {
+          auto a = volume_.Allocate(bytes, volume::PlacementHint{inode->ino, ci});
+          if (!a.ok()) return a.status();
+          alloc = std::move(a).value();
+          return Status::OK();
+        },
+        &inode->mu());
+    if (!reserved.ok()) {
+      return reserved.Annotate("truncate of inode " + std::to_string(inode->ino));
+    }
+    if (inode->deleted || !inode->data.TruncateWritesHead(new_size, inode->rec.size)) {
+      FreeNow(alloc);  // changed while the lock was let go of: look again
+      if (inode->deleted) return Status::Error(ENOENT, "truncate of a removed file");
+      continue;
+    }
+    char* data = buf.data();
+    const FileData::Head h = inode->data.TakeHead(new_size, data);
+    const uint64_t size_then = inode->rec.size;
+    inode->mu().unlock();
+    Status st;
+    for (const index::FileExtent& fe : h.read) {
+      st = sched_->ReadSync(io::Lane::kRead, fe.ext.device, fe.ext.byte_off,
+                            data + (fe.file_off - cstart), fe.ext.len);
+      if (st.ok() && verifier_.enabled()) {
+        st = verifier_.Check(inode->ino, fe, data + (fe.file_off - cstart));
+      }
+      if (!st.ok()) break;
+    }
+    std::vector<uint32_t> crcs;
+    if (st.ok()) {
+      std::memset(data + cut, 0, bytes - cut);  // the device gets zeros after the cut
+      uint64_t pos = 0;
+      for (const Extent& e : alloc) {
+        st = sched_->WriteSync(io::Lane::kWrite, e.device, e.byte_off, data + pos, e.len);
+        if (!st.ok()) break;
+        crcs.push_back(Crc32c(data + pos, e.len));
+        pos += e.len;
+      }
+      // The next commit flushes the devices first: the index never names
+      // the head before it is durable.
+      committer_->NoteDataWritten();
+    }
+    KVFS_KILL_POINT("WriteBehind::TruncateHeadWritten");  // written, named by nothing yet
+    inode->mu().lock();
+    if (!st.ok()) {
+      FreeNow(alloc);
+      return st.Annotate("writing the head of a truncate of inode " + std::to_string(inode->ino));
+    }
+    if (!inode->deleted && inode->rec.size == size_then && inode->data.HeadCurrent(h)) {
+      head = FileData::WrittenHead{ci, std::move(alloc), std::move(crcs), cut};
+      break;
+    }
+    FreeNow(alloc);  // the chunk changed meanwhile: its head again
+    if (inode->deleted) return Status::Error(ENOENT, "truncate of a removed file");
   }
-  const uint64_t old_size = inode->rec.size;  // StageChunk may have let writers in
+  const uint64_t old_size = inode->rec.size;
   std::vector<Extent> free_now;
   std::vector<uint64_t> dropped;
-  inode->data.Truncate(new_size, old_size, &free_now, &dropped);
+  inode->data.Truncate(new_size, old_size, &free_now, &dropped, head ? &*head : nullptr);
   FreeNow(free_now);
-  for (uint64_t ci : dropped) ram_->chunks().Erase(inode->token, ci);
+  for (uint64_t d : dropped) ram_->chunks().Erase(inode->token, d);
+  if (head) ram_->chunks().Erase(inode->token, ci);  // an older version's bytes
   inode->rec.size = new_size;
   return Status::OK();
 }

@@ -311,10 +311,10 @@ TEST_F(FileDataChunkTest, ATruncateDropsChunksAndMakesTheirWritesObsolete) {
   std::vector<Extent> spare;
   std::shared_ptr<ChunkBuf> first = data_.Submit(0, &spare);
   std::shared_ptr<ChunkBuf> second = data_.Submit(1, &spare);
-  // The cut falls in chunk 0, which is being written: its head is staged
-  // first (the caller's StageChunk), then the rest dropped.
-  EXPECT_TRUE(data_.TruncateStagesHead(100, 2 * kChunkBytes));
-  EXPECT_FALSE(data_.TruncateStagesHead(kChunkBytes, 2 * kChunkBytes));  // at a chunk's start
+  // The cut falls in chunk 0, which is being written: its head is written
+  // first (the caller's TruncateData), then the rest dropped.
+  EXPECT_TRUE(data_.TruncateWritesHead(100, 2 * kChunkBytes));
+  EXPECT_FALSE(data_.TruncateWritesHead(kChunkBytes, 2 * kChunkBytes));  // at a chunk's start
   std::vector<Extent> free_now;
   std::vector<uint64_t> dropped;
   data_.Truncate(kChunkBytes, 2 * kChunkBytes, &free_now, &dropped);
@@ -333,7 +333,7 @@ TEST_F(FileDataChunkTest, APartialOverwriteReadsTheOldBytesFirstAndRetriesOnACha
   index::FileExtent fe;
   fe.file_off = 0;
   fe.ext = Extent{0, 4 << 20, 8192};
-  ASSERT_TRUE(data_.Load({fe}));
+  ASSERT_TRUE(data_.Load({fe}, 8192));
   EXPECT_TRUE(data_.HasVersion());
   auto cb = Buffer(1 << 20);
   InstalledChunk old;
@@ -352,18 +352,100 @@ TEST_F(FileDataChunkTest, APartialOverwriteReadsTheOldBytesFirstAndRetriesOnACha
             FileData::Staging::kStagedMeanwhile);
   // An extent that crosses a chunk's end is refused.
   fe.ext.len = kChunkBytes + 4096;
-  EXPECT_FALSE(data_.Load({fe}));
+  EXPECT_FALSE(data_.Load({fe}, 8192));
 }
 
 TEST_F(FileDataChunkTest, ACaptureHoldsTheSizeBelowChunksNotWrittenYet) {
   MutexLock l(data_.mu());
-  data_.Install(0, {Extent{0, 1 << 20, kChunkBytes}}, {0});
+  data_.Install(0, {Extent{0, 1 << 20, kChunkBytes}}, {0}, kChunkBytes);
   Write(1, kChunkBytes, 0, std::string(4096, 'x'), 2 << 20);
   std::vector<index::FileExtent> named;
   std::vector<Extent> frees;
   EXPECT_EQ(data_.Capture(kChunkBytes + 4096, kChunkBytes, &named, &frees), kChunkBytes);
   EXPECT_EQ(named.size(), 1u);
   EXPECT_FALSE(data_.Quiescent());  // staged
+}
+
+// A store's chunks written, never captured (its change waited for them),
+// then rewritten in place (staged, being written): the capture names the
+// written version of each, at the file's size, instead of holding the size
+// back to the last captured one (0: the file came back empty after a kill).
+// A chunk grown past its written version holds the size at that version's end.
+TEST_F(FileDataChunkTest, ACaptureNamesAWrittenVersionWhileTheNewestIsNotWritten) {
+  MutexLock l(data_.mu());
+  const uint64_t size = 2 * kChunkBytes + 5000;
+  data_.Install(0, {Extent{0, 1 << 20, kChunkBytes}}, {0}, kChunkBytes);
+  data_.Install(1, {Extent{0, 2 << 20, kChunkBytes}}, {0}, kChunkBytes);
+  data_.Install(2, {Extent{0, 3 << 20, 8192}}, {0}, 5000);
+  Write(0, size, 0, std::string(kChunkBytes, 'r'), 4 << 20);  // staged
+  Write(1, size, 0, std::string(kChunkBytes, 'r'), 5 << 20);
+  std::vector<Extent> spare;
+  ASSERT_NE(data_.Submit(1, &spare), nullptr);  // being written
+  std::vector<index::FileExtent> named;
+  std::vector<Extent> frees;
+  EXPECT_EQ(data_.Capture(size, 0, &named, &frees), size);
+  ASSERT_EQ(named.size(), 3u);
+  EXPECT_EQ(named[1].ext.byte_off, 2u << 20);  // the written version
+  // The last chunk grown (staged) past its written 5000 bytes.
+  Write(2, size, 0, std::string(8000, 'g'), 6 << 20);
+  named.clear();
+  EXPECT_EQ(data_.Capture(size + 3000, 0, &named, &frees), size);
+  EXPECT_EQ(named.size(), 3u);
+}
+
+// A cut inside a chunk: the head, written by the caller from TakeHead's
+// bytes, is installed with the cut; what was staged there is replaced, a
+// version being written of it lands obsolete, chunks past it are dropped,
+// and the capture names the new size over the head. A change of the chunk
+// while the head was written makes the caller write it again.
+TEST_F(FileDataChunkTest, ATruncateInstallsTheHeadItWroteAndDropsTheRest) {
+  MutexLock l(data_.mu());
+  const uint64_t size = 3 * kChunkBytes;
+  data_.Install(0, {Extent{0, 1 << 20, kChunkBytes}}, {0}, kChunkBytes);
+  data_.Install(1, {Extent{0, 2 << 20, kChunkBytes}}, {0}, kChunkBytes);
+  Write(2, size, 0, std::string(kChunkBytes, 'c'), 3 << 20);
+  std::vector<Extent> spare;
+  std::shared_ptr<ChunkBuf> third = data_.Submit(2, &spare);
+  ASSERT_NE(third, nullptr);
+  Write(1, size, 0, std::string(kChunkBytes, 's'), 4 << 20);  // staged over the written chunk 1
+  const uint64_t cut = kChunkBytes + 100;
+  ASSERT_TRUE(data_.TruncateWritesHead(cut, size));
+  std::string head(kChunkBytes, 'x');
+  const FileData::Head h = data_.TakeHead(cut, head.data());
+  EXPECT_TRUE(h.read.empty());  // staged: copied, nothing to read
+  EXPECT_EQ(head.substr(0, 100), std::string(100, 's'));
+  EXPECT_TRUE(data_.HeadCurrent(h));
+  data_.CopyIn(1, 0, 10, "0123456789");  // a writer meanwhile
+  EXPECT_FALSE(data_.HeadCurrent(h));
+  const FileData::Head again = data_.TakeHead(cut, head.data());
+  EXPECT_EQ(head.substr(0, 10), "0123456789");
+  FileData::WrittenHead w{1, {Extent{0, 7 << 20, 4096}}, {0}, 100};
+  std::vector<Extent> free_now;
+  std::vector<uint64_t> dropped;
+  ASSERT_TRUE(data_.HeadCurrent(again));
+  data_.Truncate(cut, size, &free_now, &dropped, &w);
+  EXPECT_EQ(dropped, std::vector<uint64_t>{2});
+  ASSERT_EQ(free_now.size(), 1u);  // the staged version's space
+  EXPECT_EQ(free_now[0].byte_off, 4u << 20);
+  EXPECT_FALSE(data_.Staged(1));
+  EXPECT_TRUE(data_.HasVersion());
+  std::vector<index::FileExtent> named;
+  std::vector<Extent> frees;
+  EXPECT_EQ(data_.Capture(cut, size, &named, &frees), cut);
+  ASSERT_EQ(named.size(), 2u);
+  EXPECT_EQ(named[1].ext.byte_off, 7u << 20);
+  ASSERT_EQ(frees.size(), 1u);  // chunk 1's older version, after this capture
+  EXPECT_EQ(frees[0].byte_off, 2u << 20);
+  // The dropped chunk's write lands obsolete.
+  WrittenOutcome out = data_.Written(2, third, Status::OK(), false);
+  EXPECT_FALSE(out.installed);
+  EXPECT_EQ(out.free_now, third->alloc);
+  // An installed head is read from the device for a cut in it.
+  ASSERT_TRUE(data_.TruncateWritesHead(kChunkBytes + 50, cut));
+  const FileData::Head from_device = data_.TakeHead(kChunkBytes + 50, head.data());
+  ASSERT_EQ(from_device.read.size(), 1u);
+  EXPECT_EQ(from_device.read[0].ext.byte_off, 7u << 20);
+  EXPECT_FALSE(data_.TruncateWritesHead(kChunkBytes, cut));  // at a chunk's start: no head
 }
 
 TEST_F(FileDataChunkTest, AReaderThatMovesOnKeepsItsReadAheadWindow) {
@@ -385,7 +467,7 @@ TEST_F(FileDataChunkTest, ALoadCopiesWhatIsBeingWrittenZeroesHolesAndReadsTheRes
   index::FileExtent fe;
   fe.file_off = 0;
   fe.ext = Extent{0, 4 << 20, 4096};
-  ASSERT_TRUE(data_.Load({fe}));  // chunk 0: one block; then a hole
+  ASSERT_TRUE(data_.Load({fe}, 4096));  // chunk 0: one block; then a hole
   Write(2, 4096, 0, std::string(4096, 'w'), 1 << 20);  // chunk 2, being written
   std::vector<Extent> spare;
   ASSERT_NE(data_.Submit(2, &spare), nullptr);

@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 
 #include "common/format.h"
 #include "common/kill_point.h"
 #include "fs/fs_fixture.h"
+#include "fs/stats.h"
 #include "util/write_gate_io.h"
 
 namespace kvfs::fs {
@@ -146,6 +149,130 @@ TEST_F(KillPointTest, AKillAfterTheIndexCommitKeepsWhatItCommitted) {
   ASSERT_TRUE(k.ok()) << k.status().ToString();
   EXPECT_TRUE(*k == data || k->empty()) << k->size();
   EXPECT_EQ(*Load(kRootIno, "synced"), "durable");
+}
+
+// kill -9 of the daemon while a key is changed after a store without fsync:
+// a forked child mounts the image with device writes held (WriteGateIo),
+// stores "k.tmp" and renames it over "k" (the name's change waits for the
+// data), then changes "k" again (`change`) before the held writes land,
+// waits until every queued change is committed, and SIGKILLs itself. The
+// parent remounts: "k" must be a version it had (`allowed`), never the
+// record's size over zeros or cut at a chunk boundary (the record a commit
+// captures once the data it waited for is written must not fall back
+// below that data because a newer change of the file is not written yet).
+class KillAfterChangeTest : public WriteGated<FsTest> {
+ protected:
+  // The child's exit: 0 if it returned, else the signal that ended it.
+  int StoreChangeAndKill(const std::string& data,
+                         const std::function<int(uint64_t ino)>& change) {
+    Unmount();
+    const pid_t pid = fork();
+    if (pid == 0) {  // no gtest assertions here: exit codes say what failed
+      Mount();
+      if (!fs_) _exit(10);
+      gate_->Hold();
+      auto c = fs_->Create(kRootIno, "k.tmp", 0644, O_WRONLY | O_CREAT, Caller{});
+      if (!c.ok()) _exit(11);
+      if (!fs_->Write(c->fh, 0, data).ok() || !fs_->Flush(c->fh).ok()) _exit(12);
+      fs_->Release(c->fh);
+      if (!fs_->Rename(kRootIno, "k.tmp", kRootIno, "k", 0).ok()) _exit(13);
+      if (int rc = change(c->attr.ino); rc != 0) _exit(rc);
+      gate_->Release();
+      if (truncated_.valid() && !truncated_.get().ok()) _exit(16);
+      // Every queued change committed (the committer took the last one,
+      // then came back with nothing to do).
+      for (int tries = 0; fs_->Stats().queued_commits > 0; ++tries) {
+        if (tries > 10000) _exit(14);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      fs_->WaitCommitsStalled();
+      kill(getpid(), SIGKILL);
+      _exit(15);
+    }
+    int status = 0;
+    EXPECT_EQ(waitpid(pid, &status, 0), pid);
+    Mount();
+    return WIFSIGNALED(status) ? WTERMSIG(status) : 100 + WEXITSTATUS(status);
+  }
+
+  // A truncate of `ino` to `size`, started while the store's writes are
+  // held: returns once it returned or waits for a held write of its own.
+  int TruncateWhileHeld(uint64_t ino, uint64_t size) {
+    const size_t held = gate_->held();
+    truncated_ = std::async(std::launch::async, [this, ino, size] {
+      SetAttrRequest t;
+      t.size = size;
+      return fs_->SetAttr(ino, t).status();
+    });
+    while (truncated_.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready &&
+           gate_->held() == held) {
+    }
+    return 0;
+  }
+
+  void ExpectOneOf(const std::vector<std::string>& allowed) {
+    Result<std::string> k = Load(kRootIno, "k");
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    bool found = false;
+    for (const std::string& a : allowed) found = found || *k == a;
+    std::vector<size_t> sizes;
+    for (const std::string& a : allowed) sizes.push_back(a.size());
+    EXPECT_TRUE(found) << "\"k\" after the kill: " << k->size() << " bytes, first differing byte "
+                       << (std::mismatch(k->begin(), k->end(), allowed[0].begin()).first -
+                           k->begin())
+                       << "; allowed sizes " << ::testing::PrintToString(sizes);
+  }
+
+  std::future<Status> truncated_;
+};
+
+// Example A of the stress runs (seed 4203): a 256 KiB key truncated inside
+// its one chunk came back with 0 bytes.
+TEST_F(KillAfterChangeTest, ATruncateAfterAStoreWithoutFsyncNeverLeavesItEmpty) {
+  const std::string data = Pattern(256 << 10, 21);
+  const uint64_t cut = 100 << 10 | 123;
+  EXPECT_EQ(StoreChangeAndKill(data,
+                               [&](uint64_t ino) {
+                                 TruncateWhileHeld(ino, cut);
+                                 return 0;
+                               }),
+            SIGKILL);
+  ExpectOneOf({data, data.substr(0, cut)});
+}
+
+// Example B (seed 4205): a 4 MiB key truncated inside its third chunk came
+// back cut at that chunk's start (2 MiB).
+TEST_F(KillAfterChangeTest, ATruncateInsideAChunkNeverCutsTheKeyAtTheChunksStart) {
+  const std::string data = Pattern(4 << 20, 22);
+  const uint64_t cut = 2655700;
+  EXPECT_EQ(StoreChangeAndKill(data,
+                               [&](uint64_t ino) {
+                                 TruncateWhileHeld(ino, cut);
+                                 return 0;
+                               }),
+            SIGKILL);
+  ExpectOneOf({data, data.substr(0, cut)});
+}
+
+// A rewrite in place that is only staged when the store's data lands: the
+// record keeps the chunk's written (older) version, not a size held back to
+// the chunk's start.
+TEST_F(KillAfterChangeTest, AStagedRewriteNeverCutsTheStoredKey) {
+  const std::string data = Pattern(3 << 20, 23);
+  const std::string patch = Pattern(4096, 24);
+  std::string patched = data;
+  patched.replace((1 << 20) + 8192, patch.size(), patch);
+  uint64_t wfh = 0;
+  EXPECT_EQ(StoreChangeAndKill(data,
+                               [&](uint64_t ino) {
+                                 auto fh = fs_->Open(ino, O_WRONLY);
+                                 if (!fh.ok()) return 20;
+                                 wfh = *fh;  // kept open: the patch stays staged
+                                 if (!fs_->Write(wfh, (1 << 20) + 8192, patch).ok()) return 21;
+                                 return 0;
+                               }),
+            SIGKILL);
+  ExpectOneOf({data, patched});
 }
 
 }  // namespace
