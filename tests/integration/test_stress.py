@@ -157,20 +157,13 @@ def test_stress_evicting_volume_kept_full(make_volume):
             v.mount.stop()
 
 
-# Not run until a kvfs bug this run finds is fixed (drop run=False then): a
-# kill -9 can leave the daemon unkillable and the mount hung: its thread
-# sending an eviction's FUSE notify_delete waits in the kernel
-# (fuse_reverse_inval_entry, on the directory's lock) behind a write or
-# rename waiting for the daemon's answer, so the connection stays up with no
-# daemon until it is aborted (fusectl). Found in a 120 s run (dev, seed
-# 4207); on 2026-12-07 this 12 s run hung so with seeds 4206 and 4208 (dev)
-# and 4208 (io_uring), and passed 3 times on each transport with its own seed.
-# (The other bug it found -- a file stored by rename without fsync coming
-# back after a kill with only its first 2 MiB, or empty, when it was truncated
-# or rewritten before its data's commit -- is fixed: tests/fs/ordering_test.cc
-# KillAfterChangeTest.)
-@pytest.mark.xfail(run=False, reason="kvfs bug: a kill during an eviction's notify_delete "
-                   "hangs the mount")
+# This run found two kvfs bugs, both fixed: a kill -9 while a daemon thread
+# sent an eviction's notify_delete left the daemon unkillable and the mount
+# hung (the crash guard, fuse/crash_guard.h; test_crash.py makes that state
+# on purpose), and a key stored by rename without fsync came back after a
+# kill with only its first 2 MiB, or empty, when it was truncated or
+# rewritten before its data's commit (tests/fs/ordering_test.cc
+# KillAfterChangeTest).
 def test_stress_crash_mode_evicting(make_volume):
     """Crash mode on the same full, evicting volume: after each kill a key
     may be gone (evicted, before the kill or by a pass after the remount),
