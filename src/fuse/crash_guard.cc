@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
@@ -11,7 +12,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -76,6 +76,20 @@ void Abort(const char* abort_file) {
 
 void NoOp(int) {}
 
+// Whether thread `tid` (of process `tid`: its main thread) still runs:
+// neither gone nor a zombie waiting for the rest of its process.
+bool ThreadAlive(pid_t tid) {
+  const std::string path = "/proc/" + std::to_string(tid) + "/task/" + std::to_string(tid) +
+                           "/stat";
+  std::ifstream in(path);
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
 }  // namespace
 
 std::string FuseConnectionOf(const std::string& mountpoint) {
@@ -132,13 +146,6 @@ CrashGuard CrashGuard::Start(const std::string& mountpoint) {
                  abort_file, std::strerror(errno), abort_file);
     return g;
   }
-  char exe[PATH_MAX];
-  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (len <= 0) {
-    spdlog::warn("crash guard off: /proc/self/exe: {}", std::strerror(errno));
-    return g;
-  }
-  exe[len] = '\0';
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     spdlog::warn("crash guard off: pipe: {}", std::strerror(errno));
@@ -154,6 +161,13 @@ CrashGuard CrashGuard::Start(const std::string& mountpoint) {
   arg3.push_back('\0');
   char* argv[] = {arg0, arg1, arg2.data(), arg3.data(), nullptr};
   const int read_end = fds[0];
+  // SIGUSR2 blocked from before the child exists until the guard waits for
+  // it: a death signal sent before the guard's handler is in place stays
+  // pending (across exec) instead of killing the guard.
+  sigset_t usr2, old_mask;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &usr2, &old_mask);
   pid_t pid = vfork();
   if (pid == 0) {
     // The thread that called vfork is the "parent" whose exit signals.
@@ -163,9 +177,11 @@ CrashGuard CrashGuard::Start(const std::string& mountpoint) {
     } else {
       dup2(read_end, kPipeFd);
     }
-    execv(exe, argv);
+    // This very binary, even if its path was replaced since it started.
+    execv("/proc/self/exe", argv);
     _exit(127);
   }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   close(fds[0]);
   if (pid < 0) {
     spdlog::warn("crash guard off: vfork: {}", std::strerror(errno));
@@ -205,6 +221,12 @@ int CrashGuard::Main(int argc, char** argv) {
   }
   close_range(kPipeFd + 1, ~0U, 0);
   prctl(PR_SET_NAME, "kvfs-guard");
+  // Again: an exec that gained privileges (file capabilities) cleared it.
+  prctl(PR_SET_PDEATHSIG, SIGUSR2);
+  // Opened now, while the number names this connection: once it ended,
+  // the number may name a new mount's, which must not be aborted (a write
+  // to the file of an ended connection does nothing).
+  const int abort_fd = open(abort_file, O_WRONLY | O_CLOEXEC);
   // SIGUSR2 (the parent thread's exit) is taken only inside ppoll, so it
   // cannot fall between a check and the wait. The termination signals stay
   // blocked as the daemon left them: the guard ends with the daemon.
@@ -216,7 +238,10 @@ int CrashGuard::Main(int argc, char** argv) {
   sigaddset(&blocked, SIGUSR2);
   sigprocmask(SIG_BLOCK, &blocked, &during_wait);
   sigdelset(&during_wait, SIGUSR2);
-  if (getppid() == parent) {  // else it died before PR_SET_PDEATHSIG held
+  // Else the daemon, or the thread that started the guard, died before
+  // PR_SET_PDEATHSIG held (a dead thread's children go to another thread of
+  // its process, so getppid() alone cannot tell).
+  if (getppid() == parent && ThreadAlive(parent)) {
     for (;;) {
       pollfd p{kPipeFd, POLLIN, 0};
       const int rc = ppoll(&p, 1, nullptr, &during_wait);
@@ -231,7 +256,12 @@ int CrashGuard::Main(int argc, char** argv) {
       if (errno != EINTR && errno != EAGAIN) return 1;
     }
   }
-  Abort(abort_file);
+  if (abort_fd >= 0) {
+    ssize_t n = write(abort_fd, "1", 1);
+    (void)n;
+  } else {
+    Abort(abort_file);  // fusectl was not there at the start
+  }
   return 0;
 }
 
