@@ -312,8 +312,9 @@ def _store_while_reading(vol, script, *args):
     """Runs `script` (a reader: it gets `args` then the path of a stop file,
     says "reading" once it reads and keeps reading until the file exists) in
     another process and, while it reads, stores 16 MiB (16 write requests of
-    1 MiB) at vol/stored. Returns the stats' write_yield before and after
-    the store."""
+    1 MiB) at vol/stored, again until a write has waited (at most 40 times:
+    on a loaded machine the reader may not be running while one store's
+    writes pass). Returns the stats' write_yield before and after."""
     stop = os.path.join(os.path.dirname(vol.path), "stop-reading")
     reader = subprocess.Popen([sys.executable, "-c", script, *args, stop],
                               stdout=subprocess.PIPE, text=True)
@@ -321,8 +322,11 @@ def _store_while_reading(vol, script, *args):
         assert reader.stdout.readline() == "reading\n"
         before = read_stats(vol.path)["write_yield"]
         stored = payload("stored-meanwhile", 16 * MiB)
-        write_file(vol.p("stored"), stored)
-        after = read_stats(vol.path)["write_yield"]
+        for _ in range(40):
+            write_file(vol.p("stored"), stored)
+            after = read_stats(vol.path)["write_yield"]
+            if after["waits"] > before["waits"]:
+                break
     finally:
         open(stop, "w").close()
         assert reader.wait(timeout=30) == 0
