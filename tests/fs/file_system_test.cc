@@ -224,14 +224,7 @@ TEST_F(FsTest, TruncateThatCannotRestageItsLastChunkFailsAndChangesNothing) {
   const std::string a = Pattern(3 << 20, 3);
   const uint64_t ino = Store(kRootIno, "a", a);
   ASSERT_TRUE(fs_->FlushAll().ok());
-  auto c = fs_->Create(kRootIno, "fill", 0644, O_WRONLY, Caller{});
-  ASSERT_TRUE(c.ok());
-  const std::string mib(1 << 20, 'f');
-  for (uint64_t off = 0;; off += mib.size()) {
-    auto w = fs_->Write(c->fh, off, mib);
-    if (!w.ok() || *w < mib.size()) break;
-  }
-  fs_->Release(c->fh);
+  ASSERT_NO_FATAL_FAILURE(FillVolume("fill"));
   SetAttrRequest cut;
   cut.size = (3 << 20) / 2;  // 1.5 MiB: inside the second chunk
   auto r = fs_->SetAttr(ino, cut);

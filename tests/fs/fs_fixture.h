@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 
+#include "common/format.h"
 #include "fs/file_system.h"
 #include "util/pattern.h"
 #include "util/temp_dir.h"
@@ -73,6 +74,19 @@ class FsTest : public ::testing::Test {
     EXPECT_TRUE(fs_->Flush(c->fh).ok());
     fs_->Release(c->fh);
     return c->attr.ino;
+  }
+
+  // Writes `name` in the root, 1 MiB at a time, until the volume is full
+  // (a write fails or comes back short), and closes it.
+  void FillVolume(const std::string& name) {
+    auto c = fs_->Create(kRootIno, name, 0644, O_WRONLY, Caller{});
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    const std::string mib(1 << 20, 'f');
+    for (uint64_t off = 0;; off += mib.size()) {
+      auto w = fs_->Write(c->fh, off, mib);
+      if (!w.ok() || *w < mib.size()) break;
+    }
+    fs_->Release(c->fh);
   }
 
   Result<std::string> ReadFh(uint64_t fh, uint64_t off, size_t len) {

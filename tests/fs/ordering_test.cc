@@ -197,7 +197,7 @@ class KillAfterChangeTest : public WriteGated<FsTest> {
 
   // A truncate of `ino` to `size`, started while the store's writes are
   // held: returns once it returned or waits for a held write of its own.
-  int TruncateWhileHeld(uint64_t ino, uint64_t size) {
+  void TruncateWhileHeld(uint64_t ino, uint64_t size) {
     const size_t held = gate_->held();
     truncated_ = std::async(std::launch::async, [this, ino, size] {
       SetAttrRequest t;
@@ -207,7 +207,18 @@ class KillAfterChangeTest : public WriteGated<FsTest> {
     while (truncated_.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready &&
            gate_->held() == held) {
     }
-    return 0;
+  }
+
+  // The key `data`, stored, then truncated to `cut` before its data is
+  // written, then the kill: it is the whole key or its cut.
+  void ExpectATruncateAfterTheStoreSurvives(const std::string& data, uint64_t cut) {
+    EXPECT_EQ(StoreChangeAndKill(data,
+                                 [&](uint64_t ino) {
+                                   TruncateWhileHeld(ino, cut);
+                                   return 0;
+                                 }),
+              SIGKILL);
+    ExpectOneOf({data, data.substr(0, cut)});
   }
 
   void ExpectOneOf(const std::vector<std::string>& allowed) {
@@ -229,29 +240,13 @@ class KillAfterChangeTest : public WriteGated<FsTest> {
 // Example A of the stress runs (seed 4203): a 256 KiB key truncated inside
 // its one chunk came back with 0 bytes.
 TEST_F(KillAfterChangeTest, ATruncateAfterAStoreWithoutFsyncNeverLeavesItEmpty) {
-  const std::string data = Pattern(256 << 10, 21);
-  const uint64_t cut = 100 << 10 | 123;
-  EXPECT_EQ(StoreChangeAndKill(data,
-                               [&](uint64_t ino) {
-                                 TruncateWhileHeld(ino, cut);
-                                 return 0;
-                               }),
-            SIGKILL);
-  ExpectOneOf({data, data.substr(0, cut)});
+  ExpectATruncateAfterTheStoreSurvives(Pattern(256 << 10, 21), 100 << 10 | 123);
 }
 
 // Example B (seed 4205): a 4 MiB key truncated inside its third chunk came
 // back cut at that chunk's start (2 MiB).
 TEST_F(KillAfterChangeTest, ATruncateInsideAChunkNeverCutsTheKeyAtTheChunksStart) {
-  const std::string data = Pattern(4 << 20, 22);
-  const uint64_t cut = 2655700;
-  EXPECT_EQ(StoreChangeAndKill(data,
-                               [&](uint64_t ino) {
-                                 TruncateWhileHeld(ino, cut);
-                                 return 0;
-                               }),
-            SIGKILL);
-  ExpectOneOf({data, data.substr(0, cut)});
+  ExpectATruncateAfterTheStoreSurvives(Pattern(4 << 20, 22), 2655700);
 }
 
 // A rewrite in place that is only staged when the store's data lands: the
