@@ -353,6 +353,10 @@ class FileSystem::Impl {
   // it guards). Returns what the last run returned: ENOSPC when nothing
   // could be freed in time.
   Status WithSpace(uint64_t bytes, const std::function<Status()>& reserve, Mutex* lock);
+  // WithSpace of one allocation of `bytes` placed by `hint`: its extents
+  // in *out (left as they are on failure).
+  Status AllocateWithSpace(uint64_t bytes, volume::PlacementHint hint, std::vector<Extent>* out,
+                           Mutex* lock);
 
   // --- cache_loads.cc
   // The cache entry holding all of [off, off + len) of one chunk, loaded or

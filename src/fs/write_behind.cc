@@ -74,6 +74,19 @@ Status FileSystem::Impl::WithSpace(uint64_t bytes, const std::function<Status()>
   return st;
 }
 
+Status FileSystem::Impl::AllocateWithSpace(uint64_t bytes, volume::PlacementHint hint,
+                                           std::vector<Extent>* out, Mutex* lock) {
+  return WithSpace(
+      bytes,
+      [&]() -> Status {
+        auto a = volume_.Allocate(bytes, hint);
+        if (!a.ok()) return a.status();
+        *out = std::move(a).value();
+        return Status::OK();
+      },
+      lock);
+}
+
 // Gives chunk `ci` a staged buffer holding its current content, reserving
 // device space for at least `write_hi` bytes of it. May drop and retake
 // the inode's lock (to wait for a buffer or for space, and to read the old
@@ -206,15 +219,7 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
     if (const uint64_t short_by = i->data.ReservationShort(ci, hi); short_by > 0) {
       const void* staged = i->data.StagedId(ci);  // compared after the wait
       std::vector<Extent> more;
-      Status st = WithSpace(
-          short_by,
-          [&]() -> Status {
-            auto a = volume_.Allocate(short_by, volume::PlacementHint{i->ino, ci});
-            if (!a.ok()) return a.status();
-            more = std::move(a).value();
-            return Status::OK();
-          },
-          &i->mu());
+      Status st = AllocateWithSpace(short_by, volume::PlacementHint{i->ino, ci}, &more, &i->mu());
       // The lock may have been dropped for the wait: the chunk may have
       // been pushed out, truncated or restaged meanwhile. Look again.
       if (!i->data.GrowReservation(ci, staged, more)) FreeNow(more);
@@ -336,15 +341,8 @@ Status FileSystem::Impl::TruncateData(const InodeRef& inode, uint64_t new_size) 
       }
     }
     std::vector<Extent> alloc;
-    Status reserved = WithSpace(
-        bytes,
-        [&]() -> Status {
-          auto a = volume_.Allocate(bytes, volume::PlacementHint{inode->ino, ci});
-          if (!a.ok()) return a.status();
-          alloc = std::move(a).value();
-          return Status::OK();
-        },
-        &inode->mu());
+    Status reserved =
+        AllocateWithSpace(bytes, volume::PlacementHint{inode->ino, ci}, &alloc, &inode->mu());
     if (!reserved.ok()) {
       return reserved.Annotate("truncate of inode " + std::to_string(inode->ino));
     }
