@@ -16,10 +16,14 @@
 //             for short critical sections (an inode's mutex, the table's)
 //             and for index reads of names and inodes not yet in memory, as
 //             a lookup must; Read returns at once and replies from the
-//             completion. kAsk: FileSystem::WriteMayWait() says, for the
-//             request at hand (a write that finds staging memory free only
+//             completion. kAsk: the call takes `may_wait`; false makes
+//             it try without waiting and, where it would wait, return
+//             kWouldWait having changed nothing a second run would not
+//             redo the same (a write that finds staging memory free only
 //             copies; a flush, release or fsync writes out only a file the
-//             kernel wrote through served memory).
+//             kernel wrote through served memory). The caller then runs it
+//             again where it may wait (fuse/'s receiver hands it to a
+//             worker): one decision, in the call, under the locks it takes.
 //   metric    the latency/error metric FileSystem records the call under
 //             (fs/stats.h), or none; `answer` is an errno that is an
 //             outcome rather than an error, not counted as one.
@@ -79,6 +83,10 @@ enum class Call : uint8_t {
 };
 
 enum class Wait : uint8_t { kNever, kMay, kAsk };
+
+// What a call of Wait::kAsk returns, run with may_wait false, where it
+// would wait.
+inline constexpr int kWouldWait = EWOULDBLOCK;
 
 struct CallRules {
   Call call;

@@ -225,18 +225,24 @@ Status FileSystem::Impl::WriteOutMemory(uint64_t fh, const InodeRef& i, FileMemo
     if (got == 0) break;  // cut shorter meanwhile: a later write-out follows
     KVFS_SYNC_POINT_ARG("FileSystem::WriteOutMemory:Read", &m);  // holds m.writeout_mu()
     KVFS_RETURN_IF_ERROR(
-        Write(fh, off, std::span<const char>(buf.get(), static_cast<size_t>(got)), nullptr)
+        Write(fh, off, std::span<const char>(buf.get(), static_cast<size_t>(got)), nullptr,
+              /*may_wait=*/true)
             .status());
     off += static_cast<uint64_t>(got);
   }
   return Status::OK();
 }
 
-Status FileSystem::Impl::Flush(uint64_t fh) {
+Status FileSystem::Impl::Flush(uint64_t fh, bool may_wait) {
   std::optional<Handle> h = handles_.Get(fh);
   if (!h) return NoHandle("flush");
   if (!h->writable()) return Status::OK();
-  if (h->memory) KVFS_RETURN_IF_ERROR(WriteOutMemory(fh, h->inode, *h->memory));
+  // A writer served from file memory writes it out at flush, fsync and
+  // release: as long as a write.
+  if (h->memory) {
+    if (!may_wait) return Status::Error(kWouldWait, "flush: writes out served memory");
+    KVFS_RETURN_IF_ERROR(WriteOutMemory(fh, h->inode, *h->memory));
+  }
   const InodeRef& i = h->inode;
   MutexLock l(i->mu());
   if (std::shared_ptr<Change> c = WriteOut(i)) {
@@ -250,8 +256,9 @@ Status FileSystem::Impl::Flush(uint64_t fh) {
   return Status::OK();
 }
 
-void FileSystem::Impl::Release(uint64_t fh) {
+bool FileSystem::Impl::Release(uint64_t fh, bool may_wait) {
   if (std::optional<Handle> w = handles_.Get(fh); w && w->memory && w->writable()) {
+    if (!may_wait) return false;
     // Also what a shared writable map changed after the last close.
     Status st = WriteOutMemory(fh, w->inode, *w->memory);
     if (!st.ok()) {
@@ -261,7 +268,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
     }
   }
   std::optional<Handle> h = handles_.Take(fh);
-  if (!h) return;
+  if (!h) return true;
   const InodeRef i = std::move(h->inode);
   if (h->memory) {
     MutexLock l(i->mu());
@@ -269,7 +276,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
     // file's now (written out), and the next load reads them back.
     if (i->data.ReleaseServed(*h->memory)) ram_->memory()->Erase(i->token, h->memory.get());
   }
-  if (!table_.DropOpen(*i)) return;
+  if (!table_.DropOpen(*i)) return true;
   MutexLock l(i->mu());
   SubmitAllStaged(i);
   // A stored key is loaded later, from kvfs (the connector's own memory
@@ -277,7 +284,7 @@ void FileSystem::Impl::Release(uint64_t fh) {
   if (h->writable() && MemoryEligible(i)) {
     ram_->memory()->ExpectLoad(AlignUp(i->rec.size, kBlockSize));
   }
-  if (table_.opens(*i) > 0) return;  // reopened meanwhile
+  if (table_.opens(*i) > 0) return true;  // reopened meanwhile
   if (i->orphan && !i->deleted) {
     // The last handle of a file unlinked while open: it goes away now, in
     // a change queued after the unlink's. If the unlink's change is not
@@ -288,22 +295,33 @@ void FileSystem::Impl::Release(uint64_t fh) {
       l.Unlock();
       Enqueue(d);
     }
-    return;
+    return true;
   }
   if (i->data.writes_in_flight() > 0 || i->data.change_queued()) {
     Enqueue(QueueDataChange(i, false));
   }
   l.Unlock();
   table_.UnloadIfUnused(i);
+  return true;
 }
 
-void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {
+bool FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done, bool may_wait) {
   std::optional<Handle> h = handles_.Get(fh);
-  if (!h) return done(NoHandle("fsync"));
-  if (options_.read_only) return done(Status::OK());  // nothing was written
+  if (!h) {
+    done(NoHandle("fsync"));
+    return true;
+  }
+  if (options_.read_only) {  // nothing was written
+    done(Status::OK());
+    return true;
+  }
   if (h->memory && h->writable()) {
+    if (!may_wait) return false;
     Status st = WriteOutMemory(fh, h->inode, *h->memory);
-    if (!st.ok()) return done(st);
+    if (!st.ok()) {
+      done(st);
+      return true;
+    }
   }
   InodeRef i = std::move(h->inode);
   MutexLock l(i->mu());
@@ -322,6 +340,7 @@ void FileSystem::Impl::Fsync(uint64_t fh, std::function<void(Status)> done) {
   });
   l.Unlock();
   Enqueue(c);
+  return true;
 }
 
 Status FileSystem::Impl::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len,

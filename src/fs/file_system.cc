@@ -251,7 +251,8 @@ uint64_t BytesOf(const Result<T>& r) {
 void FileSystem::Record(Call c, std::chrono::steady_clock::time_point start, int code,
                         uint64_t bytes) {
   const CallRules& rules = RulesOf(c);
-  if (!rules.metric) return;
+  // A call refused for waiting runs again, and is measured then.
+  if (!rules.metric || (code == kWouldWait && rules.wait == Wait::kAsk)) return;
   impl_->metrics_.Record(*rules.metric, ElapsedNs(start), bytes);
   if (code != 0 && code != rules.answer) impl_->metrics_.Error(code);
 }
@@ -368,22 +369,22 @@ void FileSystem::Read(uint64_t fh, uint64_t off, size_t size, ReadDone done,
 }
 void FileSystem::CancelReads(const CancelFlag& cancel) { impl_->sched_->Cancel(cancel); }
 Result<size_t> FileSystem::Write(uint64_t fh, uint64_t off, std::span<const char> data,
-                                 KillPriv* kill) {
-  return Run(Call::kWrite, [&] { return impl_->Write(fh, off, data, kill); });
+                                 KillPriv* kill, bool may_wait) {
+  return Run(Call::kWrite, [&] { return impl_->Write(fh, off, data, kill, may_wait); });
 }
-bool FileSystem::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
-  return impl_->WriteMayWait(fh, off, len);
+Status FileSystem::Flush(uint64_t fh, bool may_wait) {
+  return Run(Call::kFlush, [&] { return impl_->Flush(fh, may_wait); });
 }
-Status FileSystem::Flush(uint64_t fh) {
-  return Run(Call::kFlush, [&] { return impl_->Flush(fh); });
-}
-void FileSystem::Release(uint64_t fh) { impl_->Release(fh); }
-void FileSystem::Fsync(uint64_t fh, bool, std::function<void(Status)> done) {
+bool FileSystem::Release(uint64_t fh, bool may_wait) { return impl_->Release(fh, may_wait); }
+bool FileSystem::Fsync(uint64_t fh, bool, std::function<void(Status)> done, bool may_wait) {
   const auto start = std::chrono::steady_clock::now();
-  impl_->Fsync(fh, [this, start, done = std::move(done)](Status st) {
-    Record(Call::kFsync, start, st.code(), 0);
-    done(std::move(st));
-  });
+  return impl_->Fsync(
+      fh,
+      [this, start, done = std::move(done)](Status st) {
+        Record(Call::kFsync, start, st.code(), 0);
+        done(std::move(st));
+      },
+      may_wait);
 }
 Status FileSystem::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len, KillPriv* kill) {
   return Run(Call::kFallocate, [&] { return impl_->Fallocate(fh, mode, off, len, kill); });

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "fs/calls.h"
 #include "fs/cache_stats.h"
 #include "fs/eviction.h"
 #include "fs/killpriv.h"
@@ -286,19 +287,24 @@ class FileSystem {
   // unprivileged (no CAP_FSETID): the write clears S_ISUID and S_ISGID as
   // fs/killpriv.h says, as file_remove_privs() does on a local filesystem
   // (kill->mode_changed tells whether it did).
+  //
+  // Write, Flush, Release and Fsync take `may_wait` (fs/calls.h, Wait::kAsk):
+  // false, from a thread that must not wait, makes them refuse (kWouldWait,
+  // or false) instead of waiting (for staging memory or space, for a device read of
+  // a partly overwritten chunk, for the write-out of a file the kernel
+  // wrote through served memory), with nothing changed that running the
+  // call again would not redo the same; the caller runs it again where it
+  // may wait.
   Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data,
-                       KillPriv* kill = nullptr);
-  // True if Write(fh, off, len) may wait: for staging memory (every buffer
-  // is staged or in flight) or for a device read (a partial overwrite of a
-  // chunk that is on the device). A hint for callers that must not wait
-  // (fuse/'s request receiver); it can change before the write.
-  bool WriteMayWait(uint64_t fh, uint64_t off, size_t len);
+                       KillPriv* kill = nullptr, bool may_wait = true);
   // close(2) of one descriptor: starts writing out the file's staged data
   // and returns the first background error known for the file.
-  Status Flush(uint64_t fh);
-  // Last close of a handle.
-  void Release(uint64_t fh);
-  void Fsync(uint64_t fh, bool datasync, std::function<void(Status)> done);
+  Status Flush(uint64_t fh, bool may_wait = true);
+  // Last close of a handle. False: refused for waiting, nothing done.
+  bool Release(uint64_t fh, bool may_wait = true);
+  // Calls `done` once the file's data and name are durable. False: refused
+  // for waiting, `done` not called.
+  bool Fsync(uint64_t fh, bool datasync, std::function<void(Status)> done, bool may_wait = true);
   // mode 0 only (EOPNOTSUPP otherwise): extends the file to off+len.
   // `kill` (non-null): the caller is unprivileged; S_ISUID and S_ISGID go
   // as for Write (the kernel drops only what FUSE's own rule says first).

@@ -186,17 +186,17 @@ class FileSystem::Impl {
   Result<Created> CreateUnnamed(uint64_t parent, uint32_t mode, int flags, const Caller& caller);
   Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel);
-  Status Flush(uint64_t fh);
+  Status Flush(uint64_t fh, bool may_wait);
   // Never takes ns_.mu() (it runs on the request receiver): an unlinked
   // file's delete is queued by whichever of the last close and the
   // unlink's queuing comes second (SettleOrphans).
-  void Release(uint64_t fh);
-  void Fsync(uint64_t fh, std::function<void(Status)> done);
+  bool Release(uint64_t fh, bool may_wait);
+  bool Fsync(uint64_t fh, std::function<void(Status)> done, bool may_wait);
   Status Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len, KillPriv* kill);
 
   // --- write_behind.cc
-  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data, KillPriv* kill);
-  bool WriteMayWait(uint64_t fh, uint64_t off, size_t len);
+  Result<size_t> Write(uint64_t fh, uint64_t off, std::span<const char> data, KillPriv* kill,
+                       bool may_wait);
 
   // --- whole_file_ops.cc: the batch ioctl's calls (contracts in file_system.h)
   Result<Attr> LookupPath(uint64_t dir, std::string_view path, const Caller& caller);
@@ -331,9 +331,11 @@ class FileSystem::Impl {
 
   // --- write_behind.cc. REQUIRES: inode->mu() held unless said otherwise.
   // May let go of the lock and take it again (to wait for a buffer, for
-  // space, or for the old bytes of a partly overwritten chunk).
-  Status StageChunk(const InodeRef& inode, uint64_t ci, uint64_t write_lo, uint64_t write_hi)
-      REQUIRES(inode->mu());
+  // space, or for the old bytes of a partly overwritten chunk); with
+  // `may_wait` false it keeps the lock and returns kWouldWait instead,
+  // having staged nothing.
+  Status StageChunk(const InodeRef& inode, uint64_t ci, uint64_t write_lo, uint64_t write_hi,
+                    bool may_wait) REQUIRES(inode->mu());
   void SubmitChunk(const InodeRef& inode, uint64_t ci) REQUIRES(inode->mu());
   void SubmitAllStaged(const InodeRef& inode) REQUIRES(inode->mu());
   // The writes of a submitted chunk version completed (with the first
@@ -351,12 +353,14 @@ class FileSystem::Impl {
   // that succeeds tells the evictor (a pass starts at the high watermark).
   // `lock`, if given, is released for the waits (the caller re-checks what
   // it guards). Returns what the last run returned: ENOSPC when nothing
-  // could be freed in time.
-  Status WithSpace(uint64_t bytes, const std::function<Status()>& reserve, Mutex* lock);
+  // could be freed in time. With `may_wait` false, a first run that fails
+  // with ENOSPC returns kWouldWait instead of waiting.
+  Status WithSpace(uint64_t bytes, const std::function<Status()>& reserve, Mutex* lock,
+                   bool may_wait = true);
   // WithSpace of one allocation of `bytes` placed by `hint`: its extents
   // in *out (left as they are on failure).
   Status AllocateWithSpace(uint64_t bytes, volume::PlacementHint hint, std::vector<Extent>* out,
-                           Mutex* lock);
+                           Mutex* lock, bool may_wait = true);
 
   // --- cache_loads.cc
   // The cache entry holding all of [off, off + len) of one chunk, loaded or
@@ -482,8 +486,6 @@ class FileSystem::Impl {
   // ~200,000 entries of 120-byte names: a connector's working set of keys
   // and the directories they sit in.
   static constexpr size_t kEntryCacheBytes = 48ull << 20;
-  // Staging slots WriteMayWait leaves for writers racing the checked write.
-  static constexpr size_t kWriteSlotMargin = 4;
 
   // The index, the devices and the staging buffer pool (volume_.buffers()).
   volume::Volume& volume_;

@@ -43,12 +43,13 @@ static void TakeBack(Mutex* lock) NO_THREAD_SAFETY_ANALYSIS {
 }
 
 Status FileSystem::Impl::WithSpace(uint64_t bytes, const std::function<Status()>& reserve,
-                                   Mutex* lock) {
+                                   Mutex* lock, bool may_wait) {
   Status st = reserve();
   if (st.code() != ENOSPC) {
     if (st.ok() && eviction_.evictor()) eviction_.evictor()->Allocated();
     return st;
   }
+  if (!may_wait) return Status::Error(kWouldWait, "the volume is full: waits for space");
   // Space freed by unlinks becomes free when their commit lands.
   LetGo(lock);
   committer_->Drain(false).ignore();  // errors surface through the retry
@@ -75,7 +76,7 @@ Status FileSystem::Impl::WithSpace(uint64_t bytes, const std::function<Status()>
 }
 
 Status FileSystem::Impl::AllocateWithSpace(uint64_t bytes, volume::PlacementHint hint,
-                                           std::vector<Extent>* out, Mutex* lock) {
+                                           std::vector<Extent>* out, Mutex* lock, bool may_wait) {
   return WithSpace(
       bytes,
       [&]() -> Status {
@@ -84,7 +85,7 @@ Status FileSystem::Impl::AllocateWithSpace(uint64_t bytes, volume::PlacementHint
         *out = std::move(a).value();
         return Status::OK();
       },
-      lock);
+      lock, may_wait);
 }
 
 // Gives chunk `ci` a staged buffer holding its current content, reserving
@@ -93,9 +94,10 @@ Status FileSystem::Impl::AllocateWithSpace(uint64_t bytes, volume::PlacementHint
 // bytes of a partly overwritten chunk: never wait for I/O holding it,
 // completions take it).
 Status FileSystem::Impl::StageChunk(const InodeRef& inode, uint64_t ci, uint64_t write_lo,
-                                    uint64_t write_hi) {
+                                    uint64_t write_hi, bool may_wait) {
   device::PoolBuffer buf = volume_.buffers().TryAcquire();
   if (!buf) {
+    if (!may_wait) return Status::Error(kWouldWait, "every staging buffer is in use");
     inode->mu().unlock();
     buf = AcquireBuffer();
     inode->mu().lock();
@@ -119,7 +121,7 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, uint64_t ci, uint64_t
         alloc = std::move(a).value();
         return Status::OK();
       },
-      &inode->mu());
+      &inode->mu(), may_wait);
   if (inode->data.Staged(ci)) {  // staged by another writer while the lock was dropped
     FreeNow(alloc);
     return Status::OK();
@@ -133,6 +135,10 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, uint64_t ci, uint64_t
   InstalledChunk old;
   uint64_t size = inode->rec.size;
   FileData::Staging staging = inode->data.Stage(ci, cb, size, write_lo, write_hi, &old);
+  if (staging == FileData::Staging::kReadOldBytes && !may_wait) {
+    FreeNow(cb->alloc);
+    return Status::Error(kWouldWait, "a partial overwrite reads the chunk's old bytes first");
+  }
   while (staging == FileData::Staging::kReadOldBytes) {
     // Partial overwrite of data on the device: its old bytes first (rare
     // for KV workloads, which write whole files), then staged unless the
@@ -166,35 +172,17 @@ Status FileSystem::Impl::StageChunk(const InodeRef& inode, uint64_t ci, uint64_t
   return Status::OK();
 }
 
-bool FileSystem::Impl::WriteMayWait(uint64_t fh, uint64_t off, size_t len) {
-  std::optional<Handle> found = handles_.Get(fh);
-  if (!found) return false;  // the write fails at once
-  const Handle& h = *found;
-  // A writer served from file memory writes it out at flush, fsync and
-  // close: as long as a write.
-  if (h.memory && h.writable()) return true;
-  if (!h.writable() || len == 0) return false;
-  const InodeRef& i = h.inode;
-  MutexLock l(i->mu());
-  if (h.flags & O_APPEND) off = i->rec.size;
-  bool reads_first = false;
-  const size_t unstaged = i->data.ChunksToStage(off, off + len, i->rec.size, &reads_first);
-  if (reads_first) return true;
-  if (unstaged == 0) return false;
-  // StageChunk waits for commits to free space when the volume is full.
-  if (volume_.space().free_bytes < unstaged * kChunkBytes) return true;
-  // Other writers take slots between this check and the write (nothing is
-  // reserved): a margin keeps the receiver from waiting on a pool that is
-  // nearly out.
-  return unstaged + kWriteSlotMargin > volume_.buffers().free_slots();
-}
-
+// With `may_wait` false, a write that would wait returns kWouldWait, also
+// after some of its chunks took their bytes: running it again writes the
+// same bytes at the same offsets. Not an append, whose offset is the size
+// when it runs: that one is refused before it starts.
 Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<const char> data,
-                                       KillPriv* kill) {
+                                       KillPriv* kill, bool may_wait) {
   std::optional<Handle> found = handles_.Get(fh);
   if (!found) return Status::Error(EBADF, "write");
   const Handle& h = *found;
   if (!h.writable()) return Status::Error(EBADF, "write on a read-only handle");
+  if (!may_wait && (h.flags & O_APPEND)) return Status::Error(kWouldWait, "an append");
   if (h.flags & O_APPEND) {
     MutexLock l(h.inode->mu());
     off = h.inode->rec.size;
@@ -209,9 +197,9 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
     const uint64_t lo = pos - cstart;
     const uint64_t hi = std::min(end - cstart, kChunkBytes);
     if (!i->data.Staged(ci)) {
-      Status st = StageChunk(i, ci, lo, hi);
+      Status st = StageChunk(i, ci, lo, hi, may_wait);
       if (!st.ok()) {
-        if (pos > off) break;  // report the bytes already accepted
+        if (pos > off && st.code() != kWouldWait) break;  // report the bytes already accepted
         return st;
       }
     }
@@ -219,12 +207,13 @@ Result<size_t> FileSystem::Impl::Write(uint64_t fh, uint64_t off, std::span<cons
     if (const uint64_t short_by = i->data.ReservationShort(ci, hi); short_by > 0) {
       const void* staged = i->data.StagedId(ci);  // compared after the wait
       std::vector<Extent> more;
-      Status st = AllocateWithSpace(short_by, volume::PlacementHint{i->ino, ci}, &more, &i->mu());
+      Status st =
+          AllocateWithSpace(short_by, volume::PlacementHint{i->ino, ci}, &more, &i->mu(), may_wait);
       // The lock may have been dropped for the wait: the chunk may have
       // been pushed out, truncated or restaged meanwhile. Look again.
       if (!i->data.GrowReservation(ci, staged, more)) FreeNow(more);
       if (!st.ok()) {
-        if (pos > off) break;
+        if (pos > off && st.code() != kWouldWait) break;
         return st;
       }
       continue;

@@ -19,6 +19,7 @@
 #include "fuse/op_counters.h"
 #include "fuse/permissions.h"
 #include "fuse/reply.h"
+#include "fuse/request_loop.h"
 #include "fuse/stats_render.h"
 #include "fuse/passthrough.h"
 #include "fuse/uring_transport.h"
@@ -394,6 +395,8 @@ void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_
 
 void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t /*off*/,
            fuse_file_info* fi) {
+  // Each may wait (a cache drop, a sync, an eviction): on a worker.
+  if (!RequestLoop::MayWait()) return RequestLoop::HandOff(req);
   SessionState& s = StateOf(req);
   const Node* n = NodeOf(ino);
   Status st = Status::Error(EBADF, ".kvfs: not open for writing");

@@ -247,15 +247,7 @@ Mount::~Mount() {
 }
 
 Status Mount::Run() {
-  RequestLoop loop(se_, options_.max_threads, std::chrono::microseconds(options_.spin_us),
-                   [state = state_.get()](uint32_t pid, uint64_t ino, uint64_t fh, uint64_t off,
-                                          uint32_t size) {
-                     // size 0: a flush, fsync or release (request_loop.cc).
-                     if (size == 0) return !control::Owns(ino) && state->fs->WriteMayWait(fh, off, 0);
-                     return control::Owns(ino) ||
-                            state->read_priority.WriteWouldWait(static_cast<pid_t>(pid)) ||
-                            state->fs->WriteMayWait(fh, off, size);
-                   });
+  RequestLoop loop(se_, options_.max_threads, std::chrono::microseconds(options_.spin_us));
   if (uring_) uring_->Attach(&loop);
   int rc = loop.Run(TerminationSignals());
   // The ring's requests are replied to and committed, and the rings closed

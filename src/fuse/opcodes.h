@@ -5,8 +5,10 @@
 // RequestLoop::RunsInReceiver (fuse/request_loop.h) reads this table for
 // both transports (the /dev/fuse loop and the io_uring queues): a request
 // whose call never waits runs on the thread that received it, one whose
-// call may wait goes to a worker, one whose call asks is decided per
-// request (FileSystem::WriteMayWait). Two rules of the transport's own sit
+// call may wait goes to a worker, one whose call decides per request is
+// tried there without waiting and handed to a worker only if the call says
+// it would wait (fs/calls.h, RequestLoop::HandOff). Two rules of the
+// transport's own sit
 // on top, both about copies rather than waits: a READ over 256 KiB goes to
 // a worker (the reply's copy into the caller's pages costs ~100 us per
 // MiB, and workers copy the kernel's 1 MiB pieces in parallel), and so

@@ -66,7 +66,7 @@ void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags, const fs::Caller* che
         ino, flags, kill, [pt](fs::FileMemory& m) { return pt->Export(m); },
         [reply, pt, fs, flags, who, ino](Result<fs::FileSystem::Opened> r) {
           if (!reply->Claim()) {
-            if (r.ok()) fs->Release(r->fh);
+            if (r.ok()) fs->Release(r->fh);  // may wait: an engine thread
             return;
           }
           if (!r.ok()) {
@@ -199,16 +199,20 @@ void Read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_
 void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
            fuse_file_info* fi) {
   SessionState& s = StateOf(req);
-  // Another caller's reads go first (fuse/read_priority.h). The request loop
-  // runs a write that would wait on a worker (daemon.cc); one that started
-  // to wait only after it was handed to the receiver goes ahead.
-  if (!RequestLoop::OnReceiver()) s.read_priority.BeforeWrite(fuse_req_ctx(req)->pid);
+  const bool may_wait = RequestLoop::MayWait();
+  const pid_t pid = fuse_req_ctx(req)->pid;
+  // Another caller's reads go first (fuse/read_priority.h): a write that
+  // would wait for them waits on a worker. One run on the receiver because
+  // no worker could take it goes ahead.
+  if (!may_wait && s.read_priority.WriteWouldWait(pid)) return RequestLoop::HandOff(req);
+  if (!RequestLoop::OnReceiver()) s.read_priority.BeforeWrite(pid);
   fs::KillPriv who;
   fs::KillPriv* kill = UnprivilegedCaller(req, &who);
   Result<size_t> r = NoThrow([&] {
     return s.fs->Write(fi->fh, static_cast<uint64_t>(off), std::span<const char>(buf, size),
-                       kill);
+                       kill, may_wait);
   });
+  if (!may_wait && r.status().code() == fs::kWouldWait) return RequestLoop::HandOff(req);
   if (who.mode_changed) InvalidateAttrs(req, ino);
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "write");
@@ -219,15 +223,20 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
 
 void Flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs->Flush(fi->fh); }), "flush");
+  const bool may_wait = RequestLoop::MayWait();
+  Status st = NoThrow([&] { return s.fs->Flush(fi->fh, may_wait); });
+  if (!may_wait && st.code() == fs::kWouldWait) return RequestLoop::HandOff(req);
+  ReplyStatus(req, st, "flush");
 }
 
 void Release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
+  bool ran = true;
   Status st = NoThrowVoid([&] {
     s.registry.DropOwner(OwnerFile{fi->fh, /*dir=*/false});  // the ioctl fd's last close
-    s.fs->Release(fi->fh);
+    ran = s.fs->Release(fi->fh, RequestLoop::MayWait());
   });
+  if (!ran) return RequestLoop::HandOff(req);
   if (!st.ok()) spdlog::error("release of handle {}: {}", fi->fh, st.ToString());
   fuse_reply_err(req, 0);  // the kernel ignores release errors
 }
@@ -239,9 +248,13 @@ void Fsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi)
     // Waits for write-behind and a commit: answered EINTR at once if its
     // caller gets a signal (the data still goes out, in order).
     reply = AsyncReply::Start(req, "fsync", AsyncReply::OnInterrupt::kAnswer);
-    s.fs->Fsync(fi->fh, datasync != 0, [reply](Status st) {
-      if (reply->Claim()) ReplyStatus(reply->req(), st, "fsync");
-    });
+    const bool ran = s.fs->Fsync(
+        fi->fh, datasync != 0,
+        [reply](Status st) {
+          if (reply->Claim()) ReplyStatus(reply->req(), st, "fsync");
+        },
+        RequestLoop::MayWait());
+    if (!ran && reply->Claim()) RequestLoop::HandOff(reply->req());
   } catch (const std::bad_alloc&) {
     if (!reply || reply->Claim()) fuse_reply_err(req, ENOMEM);
   }

@@ -83,27 +83,16 @@ bool RequestLoop::RunsInReceiver(const fuse_buf& buf, bool backlog) const {
     case fs::Wait::kAsk:
       break;
   }
-  if (in->opcode == FUSE_WRITE) {
-    // Most writes find staging memory free and only copy: answering them
-    // here spares a serial store loop a hand-off per 1 MiB (3-29%). When
-    // other requests were already waiting, workers copy in parallel.
-    if (backlog) return false;
-    const auto* write = BodyOf<fuse_write_in>(buf);
-    return write == nullptr ||
-           !write_may_wait_(in->pid, in->nodeid, write->fh, write->offset, write->size);
-  }
-  // FLUSH, RELEASE, FSYNC: fuse_flush_in, fuse_release_in and
-  // fuse_fsync_in start with the handle.
-  const auto* fh = BodyOf<uint64_t>(buf);
-  return fh == nullptr || !write_may_wait_(in->pid, in->nodeid, *fh, 0, 0);
+  // Tried here (MayWait() is false), handed off by the handler if the call
+  // would wait. Most writes find staging memory free and only copy:
+  // answering them here spares a serial store loop a hand-off per 1 MiB
+  // (3-29%). When other requests were already waiting, workers copy
+  // writes in parallel.
+  return !(backlog && in->opcode == FUSE_WRITE);
 }
 
-RequestLoop::RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin,
-                         WriteMayWait write_may_wait)
-    : se_(se),
-      max_workers_(max_workers == 0 ? 1 : max_workers),
-      spin_(spin),
-      write_may_wait_(std::move(write_may_wait)) {}
+RequestLoop::RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin)
+    : se_(se), max_workers_(max_workers == 0 ? 1 : max_workers), spin_(spin) {}
 
 RequestLoop::~RequestLoop() {
   for (fuse_buf& b : spare_) std::free(b.mem);
@@ -170,10 +159,32 @@ void RequestLoop::Stop() {
 
 namespace {
 thread_local bool t_on_receiver = false;
+thread_local bool t_may_wait = false;    // a receiver running a request it could not hand off
+thread_local bool t_handed_off = false;  // set by HandOff(), read by RunHere()
 }  // namespace
 
 bool RequestLoop::OnReceiver() { return t_on_receiver; }
 void RequestLoop::ServeAsReceiver() { t_on_receiver = true; }
+bool RequestLoop::MayWait() { return !t_on_receiver || t_may_wait; }
+
+void RequestLoop::HandOff(fuse_req_t req) {
+  fuse_reply_none(req);  // frees the request; the kernel gets no answer yet
+  t_handed_off = true;
+}
+
+bool RequestLoop::RunHere(fuse_session* se, fuse_buf& buf) {
+  t_handed_off = false;
+  fuse_session_process_buf(se, &buf);
+  const bool handed_off = t_handed_off;
+  t_handed_off = false;
+  return !handed_off;
+}
+
+void RequestLoop::RunWaiting(fuse_session* se, fuse_buf& buf) {
+  t_may_wait = true;
+  fuse_session_process_buf(se, &buf);
+  t_may_wait = false;
+}
 
 void RequestLoop::Fail(int error) {
   int none = 0;
@@ -232,7 +243,7 @@ void RequestLoop::Receive() {
     waited = false;
     if (RunsInReceiver(buf, backlog)) {
       const bool init = IsInit(buf);
-      fuse_session_process_buf(se_, &buf);
+      const bool ran = RunHere(se_, buf);
       if (init && fuse_session_exited(se_)) {
         // libfuse ends the session when it refuses the kernel's INIT (too
         // old a protocol); the mount then failed.
@@ -240,7 +251,11 @@ void RequestLoop::Receive() {
         spdlog::error("the kernel's FUSE INIT was refused");
         break;
       }
-      TimeHandled(opcode, RequestClockNs() - received_ns);
+      if (ran) {
+        TimeHandled(opcode, RequestClockNs() - received_ns);
+      } else {
+        Dispatch(buf, received_ns);
+      }
     } else {
       Dispatch(buf, received_ns);
     }
@@ -257,7 +272,7 @@ void RequestLoop::Dispatch(fuse_buf& buf, uint64_t received_ns) {
   // of this mount to finish): it runs here.
   if (Enqueue(buf, received_ns)) return;
   const uint32_t opcode = static_cast<const fuse_in_header*>(buf.mem)->opcode;
-  fuse_session_process_buf(se_, &buf);
+  RunWaiting(se_, buf);
   TimeHandled(opcode, RequestClockNs() - received_ns);
 }
 

@@ -12,7 +12,10 @@
 // runs the requests that never wait itself (fs/ queues their device work
 // and replies from the completion) and hands the rest to a pool of up to
 // `max_workers` threads, started as they are needed; which are which is
-// one table, fuse/opcodes.h over fs/calls.h (RunsInReceiver). The queue
+// one table, fuse/opcodes.h over fs/calls.h (RunsInReceiver). A request
+// whose call decides per request (writes, flushes, releases, fsyncs) is
+// tried here without waiting; its handler hands it off (HandOff) when the
+// call says it would wait, and a worker runs it again. The queue
 // holds copies of small requests and at most 16 large
 // ones (writes); beyond that the receiver runs a write itself, so queued
 // requests add at most ~16 MiB to the daemon's memory.
@@ -30,7 +33,6 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
-#include <functional>
 #include <thread>
 #include <vector>
 
@@ -40,15 +42,7 @@ namespace kvfs::fuse {
 
 class RequestLoop {
  public:
-  // True if a WRITE by caller `pid` of `size` bytes at `off` through handle
-  // `fh` of inode `nodeid` may wait (fs::FileSystem::WriteMayWait, control
-  // files, ReadPriority). Asked with size 0 for a FLUSH, FSYNC or
-  // RELEASE of `fh`, which waits only when it writes a file out.
-  using WriteMayWait =
-      std::function<bool(uint32_t pid, uint64_t nodeid, uint64_t fh, uint64_t off, uint32_t size)>;
-
-  RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin,
-              WriteMayWait write_may_wait);
+  RequestLoop(fuse_session* se, unsigned max_workers, std::chrono::microseconds spin);
   ~RequestLoop();
   RequestLoop(const RequestLoop&) = delete;
   RequestLoop& operator=(const RequestLoop&) = delete;
@@ -67,6 +61,22 @@ class RequestLoop {
   static bool OnReceiver();
   // Marks the calling thread as one that reads requests (see OnReceiver).
   static void ServeAsReceiver();
+  // Whether the running handler may wait: false on a receiving thread,
+  // which tries the calls that decide per request without waiting
+  // (fs/calls.h, Wait::kAsk) and hands off (HandOff) the ones that would;
+  // true on a worker, and on a receiver that runs a handed-off request
+  // itself because no worker could take it.
+  static bool MayWait();
+  // Called by a handler that may not wait instead of replying: frees `req`
+  // unanswered, and the receiver gives the same request to a worker, whose
+  // handler runs it again (and may wait).
+  static void HandOff(fuse_req_t req);
+  // Runs `buf` on this receiving thread; false if its handler handed it
+  // off (nothing was answered: the caller gives it to a worker, or runs it
+  // with RunWaiting).
+  static bool RunHere(fuse_session* se, fuse_buf& buf);
+  // Runs `buf` here, where its handler may wait.
+  static void RunWaiting(fuse_session* se, fuse_buf& buf);
 
   // Whether a receiving thread runs `buf` itself rather than handing it to
   // a worker, by fuse/opcodes.h. `backlog`: the request was already waiting
@@ -108,7 +118,6 @@ class RequestLoop {
   fuse_session* const se_;
   const unsigned max_workers_;
   const std::chrono::microseconds spin_;
-  const WriteMayWait write_may_wait_;
   int fd_ = -1;       // the session's /dev/fuse descriptor (made non-blocking)
   int stop_fd_ = -1;  // eventfd: readable once the loop is ending
   std::atomic<int> error_{0};  // the first error that ended the loop

@@ -321,7 +321,11 @@ void UringQueue::TakeRequest(UringEntry* e, bool backlog) {
       loop->Offload(buf, received_ns, &UringQueue::Processed, e)) {
     return;
   }
-  fuse_session_process_buf(transport_.session(), &buf);
+  if (!RequestLoop::RunHere(transport_.session(), buf)) {
+    // Its call would wait (RequestLoop::HandOff): a worker runs it again.
+    if (loop != nullptr && loop->Offload(buf, received_ns, &UringQueue::Processed, e)) return;
+    RequestLoop::RunWaiting(transport_.session(), buf);
+  }
   TimeHandled(in.opcode, RequestClockNs() - received_ns);
   const uint8_t before = e->state.fetch_or(kProcessed, std::memory_order_acq_rel);
   if (before & kReplied) Commit(e);

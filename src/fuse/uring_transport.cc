@@ -176,7 +176,7 @@ ssize_t UringTransport::ReadLarge(int fd, void* buf, size_t len) {
   fuse_buf b{};
   b.mem = large_buf_.get();
   b.size = static_cast<size_t>(n);
-  fuse_session_process_buf(se_, &b);
+  RequestLoop::RunWaiting(se_, b);
   errno = EAGAIN;
   return -1;
 }

@@ -403,29 +403,47 @@ TEST_F(FsTest, StatsTimeTheNamespaceCallsOfAStoreAndCountTheirFailures) {
 
 namespace kvfs::fs {
 
-// fuse/'s request receiver runs a write itself only when WriteMayWait says
-// it will not wait; a wrong "no" would stall every other request behind a
-// device read.
-TEST_F(FsTest, WriteMayWaitNamesPartialOverwritesOfDataOnTheDevice) {
+// fuse/'s request receiver tries a write with may_wait false and hands it
+// to a worker when it is refused; a write that waited there would stall
+// every other request behind a device read, and a refused write that
+// changed something would be applied twice.
+TEST_F(FsTest, AWriteThatMayNotWaitIsRefusedUnchangedWhereItWouldWait) {
   const std::string data = Pattern(3 * kChunkBytes + 5000, 7);
   auto c = fs_->Create(kRootIno, "f", 0644, O_WRONLY, Caller{});
   ASSERT_TRUE(c.ok());
-  EXPECT_FALSE(fs_->WriteMayWait(c->fh, 0, kChunkBytes)) << "a new file has nothing to read";
-  EXPECT_FALSE(fs_->WriteMayWait(c->fh, 4096, 100)) << "nor for a partial write";
-  ASSERT_TRUE(fs_->Write(c->fh, 0, data).ok());
-  EXPECT_FALSE(fs_->WriteMayWait(c->fh, 4096, 100)) << "a staged chunk takes the write as it is";
-  ASSERT_TRUE(fs_->Flush(c->fh).ok());
-  fs_->Release(c->fh);
+  auto try_write = [&](uint64_t fh, uint64_t off, std::string_view bytes) {
+    return fs_->Write(fh, off, bytes, nullptr, /*may_wait=*/false);
+  };
+  auto size_of = [&] { return fs_->GetAttr(c->attr.ino)->size; };
+  EXPECT_TRUE(try_write(c->fh, 0, data).ok()) << "a new file's chunks only take copies";
+  EXPECT_TRUE(try_write(c->fh, 4096, "staged").ok()) << "a staged chunk takes the write as it is";
+  ASSERT_TRUE(fs_->Write(c->fh, 4096, std::string_view(data).substr(4096, 6)).ok());
+  ASSERT_TRUE(fs_->Flush(c->fh, /*may_wait=*/false).ok()) << "nothing written through memory";
+  EXPECT_TRUE(fs_->Release(c->fh, /*may_wait=*/false));
   ASSERT_TRUE(fs_->Sync().ok());  // on the device now
 
   auto fh = fs_->Open(c->attr.ino, O_WRONLY);
   ASSERT_TRUE(fh.ok());
-  EXPECT_TRUE(fs_->WriteMayWait(*fh, 4096, 100)) << "the chunk is read first";
-  EXPECT_TRUE(fs_->WriteMayWait(*fh, 3 * kChunkBytes, 10)) << "so is a partial tail chunk";
-  EXPECT_FALSE(fs_->WriteMayWait(*fh, kChunkBytes, kChunkBytes)) << "a whole chunk replaces it";
-  EXPECT_FALSE(fs_->WriteMayWait(*fh, 3 * kChunkBytes, 5000)) << "all the tail's bytes";
-  EXPECT_FALSE(fs_->WriteMayWait(*fh, 8 * kChunkBytes, 10)) << "past the end nothing is read";
-  EXPECT_FALSE(fs_->WriteMayWait(12345, 0, 10)) << "a bad handle fails at once";
+  EXPECT_EQ(try_write(*fh, 4096, "overwritten").status().code(), kWouldWait)
+      << "the chunk is read first";
+  EXPECT_EQ(try_write(*fh, 3 * kChunkBytes, "tail").status().code(), kWouldWait)
+      << "so is a partial tail chunk";
+  EXPECT_EQ(size_of(), data.size());
+  EXPECT_TRUE(try_write(*fh, kChunkBytes, std::string_view(data).substr(kChunkBytes, kChunkBytes))
+                  .ok())
+      << "a whole chunk replaces it";
+  EXPECT_TRUE(try_write(*fh, 3 * kChunkBytes, std::string_view(data).substr(3 * kChunkBytes)).ok())
+      << "all the tail's bytes";
+  EXPECT_EQ(try_write(12345, 0, "x").status().code(), EBADF) << "a bad handle fails at once";
+
+  {
+    // Every staging buffer taken: a write to an unstaged chunk is refused
+    // before it changes anything, also past the end.
+    std::vector<device::PoolBuffer> held;
+    while (device::PoolBuffer b = vol_->buffers().TryAcquire()) held.push_back(std::move(b));
+    EXPECT_EQ(try_write(*fh, 8 * kChunkBytes, "past the end").status().code(), kWouldWait);
+    EXPECT_EQ(size_of(), data.size());
+  }
   ASSERT_TRUE(fs_->Write(*fh, 4096, std::string_view("overwritten")).ok());
   fs_->Release(*fh);
   auto r = Load(kRootIno, "f");
