@@ -386,12 +386,12 @@ std::shared_ptr<ChunkBuf> FileData::Submit(uint64_t ci, std::vector<Extent>* spa
 }
 
 WrittenOutcome FileData::Written(uint64_t ci, const std::shared_ptr<ChunkBuf>& cb,
-                                 const Status& st, bool deleted) {
+                                 const Status& st, bool taken) {
   WrittenOutcome out;
   out.gates = EndWrite();
   auto it = chunks_.find(ci);
   if (it != chunks_.end()) it->second.gen = ++gen_;
-  const bool current = it != chunks_.end() && !deleted && cb->trunc_epoch == trunc_epoch_ &&
+  const bool current = it != chunks_.end() && !taken && cb->trunc_epoch == trunc_epoch_ &&
                        cb->seq > it->second.installed_seq;
   if (!st.ok()) {
     out.first_error = NoteWriteError(st.code());

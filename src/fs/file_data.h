@@ -260,11 +260,15 @@ class FileData {
   // free. Null when nothing is left in the chunk (a truncate to its start:
   // its old extents are freed after the next capture).
   std::shared_ptr<ChunkBuf> Submit(uint64_t ci, std::vector<Extent>* spare) REQUIRES(mu_);
-  // The writes of version `cb` of chunk `ci` completed with `st` (the file
-  // `deleted` meanwhile or not): installed if still current; see
-  // WrittenOutcome. Ends the write (EndWrite).
+  // The writes of version `cb` of chunk `ci` completed with `st`:
+  // installed if still current; see WrittenOutcome. `taken`: the file's
+  // delete was built (TakeAll took its extents), so nothing is installed
+  // any more. A file only deleted in memory still installs: changes queued
+  // before its delete may capture its record, and while the index names
+  // the file (until the delete commits) that record must name its data.
+  // Ends the write (EndWrite).
   WrittenOutcome Written(uint64_t ci, const std::shared_ptr<ChunkBuf>& cb, const Status& st,
-                         bool deleted) REQUIRES(mu_);
+                         bool taken) REQUIRES(mu_);
   // A truncate of a file of `old_size` to `new_size`: whether the cut falls
   // inside a chunk that holds data (staged, being written, written), whose
   // head must then be written before the cut takes effect (TakeHead,

@@ -279,7 +279,11 @@ void FileSystem::Impl::OnChunkWritten(InodePin pin, uint64_t ci, std::shared_ptr
   std::shared_ptr<Change> data_change;
   {
     MutexLock l(inode->mu());
-    out = inode->data.Written(ci, cb, st, inode->deleted);
+    // A file deleted in memory still installs what it wrote until its
+    // delete is built: a change queued before the delete (the rename that
+    // named it, its data change) captures its record after this, and a
+    // crash before the delete commits leaves the index naming that record.
+    out = inode->data.Written(ci, cb, st, inode->delete_built);
     if (out.first_error) {
       spdlog::error("write-behind of inode {} at file offset {} failed: {}", inode->ino,
                     ci * kChunkBytes, st.ToString());

@@ -238,7 +238,7 @@ TEST_F(FileDataChunkTest, AWrittenChunkGoesFromStagedToInstalledAndItsVersionFol
   ASSERT_TRUE(v.has_value());
   ASSERT_EQ(v->chunks.size(), 1u);
   EXPECT_EQ(v->chunks[0].second, cb->seq);
-  WrittenOutcome w = data_.Written(0, cb, Status::OK(), /*deleted=*/false);
+  WrittenOutcome w = data_.Written(0, cb, Status::OK(), /*taken=*/false);
   EXPECT_TRUE(w.installed);
   EXPECT_TRUE(w.queue_change);
   EXPECT_TRUE(w.free_now.empty());

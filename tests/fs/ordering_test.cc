@@ -270,5 +270,39 @@ TEST_F(KillAfterChangeTest, AStagedRewriteNeverCutsTheStoredKey) {
   ExpectOneOf({data, patched});
 }
 
+// A key stored twice in a row without fsync (a connector's tmp + rename,
+// twice), the first version's data landing only after the second rename
+// dropped it: the kill comes once the first rename is committed and the
+// second waits for its own data. The index names the first version then,
+// and its record must name the first version's data, not its size over
+// zeros (a write that completed for a file deleted in memory was dropped,
+// and the first rename's record, captured after, named no extents).
+TEST_F(KillAfterChangeTest, AKeyReplacedBeforeItsDataLandsKeepsThatData) {
+  const std::string first = Pattern(1 << 20, 25);
+  const std::string second = Pattern(64 << 10, 26);
+  EXPECT_EQ(StoreChangeAndKill(first,
+                               [&](uint64_t) {
+                                 const size_t first_writes = gate_->held();
+                                 if (first_writes == 0) return 30;
+                                 Store(kRootIno, "k2.tmp", second);
+                                 if (!fs_->Rename(kRootIno, "k2.tmp", kRootIno, "k", 0).ok()) {
+                                   return 31;
+                                 }
+                                 gate_->ReleaseFirst(first_writes);
+                                 // The first rename commits once its data is written; the
+                                 // second waits for data still held.
+                                 for (int tries = 0;
+                                      !vol_->index().LookupEntry(kRootIno, "k").ok(); ++tries) {
+                                   if (tries > 10000) return 32;
+                                   std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                                 }
+                                 fs_->WaitCommitsStalled();
+                                 kill(getpid(), SIGKILL);
+                                 return 33;
+                               }),
+            SIGKILL);
+  ExpectOneOf({first, second});
+}
+
 }  // namespace
 }  // namespace kvfs::fs

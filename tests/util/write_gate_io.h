@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cerrno>
+#include <algorithm>
+#include <iterator>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -62,6 +64,19 @@ class WriteGateIo : public device::BlockIo {
   size_t held() {
     std::lock_guard<std::mutex> l(mu_);
     return held_.size();
+  }
+  // Sends the first `n` held writes on (in the order they were held); the
+  // rest, and writes submitted from now on, stay held.
+  void ReleaseFirst(size_t n) {
+    std::vector<device::IoRequest> go;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      n = std::min(n, held_.size());
+      go.assign(std::make_move_iterator(held_.begin()),
+                std::make_move_iterator(held_.begin() + static_cast<std::ptrdiff_t>(n)));
+      held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    if (!go.empty()) inner_.Submit(go);
   }
   // Sends the held writes on and stops holding.
   void Release() {
