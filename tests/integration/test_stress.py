@@ -60,7 +60,7 @@ def test_stress_plain_run_finds_nothing(make_volume, passthrough):
         c = counts(line)
         assert int(c["ops"]) > 100 and int(c["keys_verified"]) == 48, line
         for kind in ("store-rename", "load-direct", "stat-storm", "unlink", "truncate",
-                     "rewrite", "scandir", "batch-read"):
+                     "rewrite", "scandir", "batch-read", "cycle-chains"):
             assert f"{kind}" in line, f"no {kind} op ran: {line}"
         assert int(c["signals"]) > 0, line
     finally:
