@@ -253,23 +253,6 @@ std::vector<uint64_t> FileData::StagedChunks() const {
   return out;
 }
 
-size_t FileData::ChunksToStage(uint64_t off, uint64_t end, uint64_t size,
-                               bool* reads_first) const {
-  size_t unstaged = 0;
-  *reads_first = false;
-  for (uint64_t ci = off / kChunkBytes; ci * kChunkBytes < end; ++ci) {
-    auto it = chunks_.find(ci);
-    if (it != chunks_.end() && it->second.staged) continue;
-    ++unstaged;
-    if (it == chunks_.end()) continue;
-    const uint64_t cstart = ci * kChunkBytes;
-    const uint64_t lo = off > cstart ? off - cstart : 0;
-    const uint64_t hi = std::min(end - cstart, kChunkBytes);
-    if (ReadsBeforeWrite(it->second, ChunkValid(size, cstart), lo, hi)) *reads_first = true;
-  }
-  return unstaged;
-}
-
 FileData::Staging FileData::Stage(uint64_t ci, const std::shared_ptr<ChunkBuf>& cb,
                                   uint64_t size, uint64_t lo, uint64_t hi, InstalledChunk* old) {
   ChunkState& cs = chunks_[ci];

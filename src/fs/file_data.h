@@ -219,11 +219,6 @@ class FileData {
   bool Staged(uint64_t ci) const REQUIRES(mu_);
   // The chunks staged now, in order.
   std::vector<uint64_t> StagedChunks() const REQUIRES(mu_);
-  // Chunks a write of [off, end) of a file of `size` must stage (none is
-  // staged for it yet); *reads_first: one of them must read its old bytes
-  // first (a partial overwrite of installed data).
-  size_t ChunksToStage(uint64_t off, uint64_t end, uint64_t size, bool* reads_first) const
-      REQUIRES(mu_);
   enum class Staging {
     kStaged,          // `cb` is the chunk's staged version now
     kStagedMeanwhile,  // another writer staged the chunk: `cb` is not used
