@@ -80,8 +80,7 @@ int FileMemory::export_id() const {
 
 FileMemoryCache::FileMemoryCache(uint64_t budget_bytes)
     : budget_(budget_bytes),
-      // Made ahead: enough for the loads of a burst of many loops at once.
-      pool_(std::make_shared<MemoryPool>(budget_bytes / 8)) {
+      pool_(std::make_shared<MemoryPool>(budget_bytes)) {
   MutexLock l(mu_);
   LimitPoolLocked();
 }

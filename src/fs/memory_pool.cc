@@ -126,8 +126,9 @@ constexpr size_t kWantedSizes = 4;
 
 }  // namespace
 
-MemoryPool::MemoryPool(uint64_t ahead_bytes) : ahead_bytes_(ahead_bytes) {
-  if (ahead_bytes_ > 0) maker_ = std::thread([this] { MakeAhead(); });
+MemoryPool::MemoryPool(uint64_t budget_bytes)
+    : ahead_bytes_(budget_bytes / 8), budget_bytes_(budget_bytes) {
+  if (budget_bytes_ > 0) maker_ = std::thread([this] { MakeAhead(); });
 }
 
 MemoryPool::~MemoryPool() {
@@ -151,6 +152,9 @@ std::unique_ptr<MemoryBlock> MemoryPool::Take(uint64_t map_bytes) {
     }
     // The loads after this one want this size too: keep it made ahead.
     WantLocked(map_bytes);
+    if (auto e = expected_.find(map_bytes); e != expected_.end() && --e->second == 0) {
+      expected_.erase(e);
+    }
   }
   wake_.NotifyOne();
   if (!b || !b->Remake().ok()) return nullptr;  // a failed one is freed here
@@ -159,9 +163,12 @@ std::unique_ptr<MemoryBlock> MemoryPool::Take(uint64_t map_bytes) {
 }
 
 void MemoryPool::Expect(uint64_t map_bytes) {
+  if (map_bytes == 0) return;
   {
     MutexLock l(mu_);
     WantLocked(map_bytes);
+    uint64_t& e = expected_[map_bytes];
+    if ((e + 1) * map_bytes <= budget_bytes_) ++e;
   }
   wake_.NotifyOne();
 }
@@ -203,24 +210,51 @@ std::vector<std::unique_ptr<MemoryBlock>> MemoryPool::SetLimit(uint64_t limit) {
   return surplus;
 }
 
-uint64_t MemoryPool::NextToMakeLocked() {
-  // The newest wanted size first, while the kept blocks stay within both
-  // what is made ahead and the limit.
+uint64_t MemoryPool::NextToMakeLocked(std::unique_ptr<MemoryBlock>* unwanted) {
+  // The newest wanted size first, while its kept blocks stay within what
+  // is made ahead of it (a block per load expected, or a share of the
+  // budget after misses) and all of them within the limit.
   for (auto it = wanted_.rbegin(); it != wanted_.rend(); ++it) {
     const uint64_t size = *it;
     auto k = kept_.find(size);
     const uint64_t have = k == kept_.end() ? 0 : k->second.size() * size;
-    if (have + size <= std::max(ahead_bytes_, size) && bytes() + size <= limit_) return size;
+    auto e = expected_.find(size);
+    const uint64_t ahead = std::max({ahead_bytes_, size, e == expected_.end() ? 0 : e->second * size});
+    if (have + size > ahead) continue;
+    if (bytes() + size <= limit_) return size;
+    // Only the limit stands in the way: a block of a size nobody wants any
+    // more (loads and stores moved on) makes room.
+    for (auto old = kept_.begin(); old != kept_.end(); ++old) {
+      if (old->second.empty() ||
+          std::find(wanted_.begin(), wanted_.end(), old->first) != wanted_.end()) {
+        continue;
+      }
+      *unwanted = std::move(old->second.back());
+      old->second.pop_back();
+      bytes_.fetch_sub(old->first, std::memory_order_relaxed);
+      if (old->second.empty()) kept_.erase(old);
+      return 0;
+    }
+    return 0;
   }
   return 0;
 }
 
 void MemoryPool::MakeAhead() {
-  // Below the threads that answer requests: this is work for idle time.
-  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+  // Work for idle time: at the lowest priority, so that making memory
+  // ahead does not slow the stores that announce it (at nice 10 it took a
+  // third of a busy 2-CPU machine from them).
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
   MutexLock l(mu_);
   while (!stop_) {
-    const uint64_t size = NextToMakeLocked();
+    std::unique_ptr<MemoryBlock> unwanted;
+    const uint64_t size = NextToMakeLocked(&unwanted);
+    if (unwanted) {
+      l.Unlock();
+      unwanted.reset();
+      l.Lock();
+      continue;  // the limit and the wanted sizes may have changed meanwhile
+    }
     if (size == 0) {
       wake_.Wait(l);
       continue;

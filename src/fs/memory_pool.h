@@ -7,8 +7,10 @@
 // whose freed pages go back to the host, ~2.5 CPU s per GiB), no mapping,
 // no kernel registration. Blocks come back when a file's memory is let go
 // (eviction, a cache drop, a newer version), and a thread of the pool
-// makes blocks of the sizes loads asked for and missed, and of the files
-// stored lately (the loads to come), ahead of them, at low priority.
+// makes blocks ahead of the loads, at low priority: one for each file
+// stored and not loaded since (the loads to come: a connector loads the
+// keys it stored), and a share of the budget in the sizes loads asked for
+// and missed. Blocks of sizes no longer wanted make room for them.
 //
 // A block a client can still reach (ReachedByOthers: a client's open of
 // the file it was served as, or a client's mapping, which keeps such an
@@ -57,8 +59,9 @@ struct MemoryBlock {
 
 class MemoryPool {
  public:
-  // `ahead_bytes`: how much the thread keeps made ahead of the loads.
-  explicit MemoryPool(uint64_t ahead_bytes);
+  // `budget_bytes`: the file memory's budget; an eighth of it is kept made
+  // ahead of loads that missed, in their size.
+  explicit MemoryPool(uint64_t budget_bytes);
   // Stops the thread; frees the kept blocks.
   ~MemoryPool();
   MemoryPool(const MemoryPool&) = delete;
@@ -66,9 +69,10 @@ class MemoryPool {
 
   // A kept block of exactly `map_bytes`, its pages made again; null if
   // none (then blocks of that size are made ahead for the next loads).
+  // Counts as the load of one Expect()ed file of that size.
   std::unique_ptr<MemoryBlock> Take(uint64_t map_bytes);
-  // Loads of `map_bytes` are coming (a file of that size was stored):
-  // blocks of that size are made ahead for them, as after a missed Take.
+  // A load of `map_bytes` is coming (a file of that size was stored): a
+  // block of that size is made ahead for it, within the limit.
   void Expect(uint64_t map_bytes);
   // Keeps `b` for reuse, or frees it (reached by others, or no room).
   void Give(std::unique_ptr<MemoryBlock> b);
@@ -82,8 +86,10 @@ class MemoryPool {
 
  private:
   void MakeAhead();
-  // The size the thread should make a block of next; 0 if none.
-  uint64_t NextToMakeLocked() REQUIRES(mu_);
+  // The size the thread should make a block of next; 0 if none. A kept
+  // block of a size no longer wanted that stands in its way is moved to
+  // `*unwanted`, for the caller to free outside the lock.
+  uint64_t NextToMakeLocked(std::unique_ptr<MemoryBlock>* unwanted) REQUIRES(mu_);
   void KeepLocked(std::unique_ptr<MemoryBlock> b) REQUIRES(mu_);
   // Makes `map_bytes` the newest wanted size.
   void WantLocked(uint64_t map_bytes) REQUIRES(mu_);
@@ -96,6 +102,10 @@ class MemoryPool {
   // The sizes loads missed and files were stored at lately (newest last, a
   // few), to make ahead.
   std::vector<uint64_t> wanted_ GUARDED_BY(mu_);
+  // Per size: files stored (Expect) that no load has taken a block for
+  // since, at most what the budget holds of that size.
+  std::unordered_map<uint64_t, uint64_t> expected_ GUARDED_BY(mu_);
+  const uint64_t budget_bytes_;
   bool stop_ GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> reused_{0};

@@ -476,6 +476,65 @@ TEST_F(FileMemoryTest, AStoredFilesFirstLoadFindsMemoryMadeAheadForIt) {
   fs_->Release(o.fh);
 }
 
+// Every stored file gets memory made ahead of its load, not only an
+// eighth of the budget: a first pass over more keys than that finds each
+// one's memory made.
+TEST_F(FileMemoryTest, EachStoredFileWithinTheBudgetFindsMemoryMadeAhead) {
+  const uint64_t size = 2 << 20;
+  const int keys = 12;  // 24 MiB: half the budget, four times an eighth
+  std::vector<uint64_t> inos;
+  for (int i = 0; i < keys; i++) {
+    inos.push_back(Store(kRootIno, "k" + std::to_string(i), Pattern(size, i)));
+  }
+  ASSERT_TRUE(fs_->Sync().ok());
+  for (int i = 0; i < 1000 && fs_->Stats().file_memory.made_ahead < keys; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(fs_->Stats().file_memory.made_ahead, static_cast<uint64_t>(keys));
+  for (int i = 0; i < keys; i++) {
+    FileSystem::Opened o = OpenServed(inos[i], O_RDONLY);
+    ASSERT_NE(o.memory, nullptr);
+    EXPECT_EQ(KernelRead(*o.memory), Pattern(size, i)) << i;
+    fs_->Release(o.fh);
+  }
+  EXPECT_EQ(fs_->Stats().file_memory.reused, static_cast<uint64_t>(keys));
+}
+
+// Memory made ahead in a size nobody wants any more makes room for the
+// size the stores moved on to.
+TEST_F(FileMemoryTest, MemoryOfAnOldSizeMakesRoomForTheNewOne) {
+  // 40 MiB of 1 MiB blocks: nearly all of the 48 MiB budget.
+  for (int i = 0; i < 40; i++) Store(kRootIno, "a" + std::to_string(i), Pattern(1 << 20, i));
+  ASSERT_TRUE(fs_->Sync().ok());
+  for (int i = 0; i < 1000 && fs_->Stats().file_memory.made_ahead < 40; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(fs_->Stats().file_memory.made_ahead, 40u);
+  // Then keys of other sizes, enough of them that the first size drops out
+  // of the few remembered.
+  const uint64_t big = 4 << 20;
+  std::vector<uint64_t> bigs;
+  for (uint64_t s : {uint64_t{2} << 20, uint64_t{3} << 20, uint64_t{5} << 20}) {
+    Store(kRootIno, "s" + std::to_string(s), Pattern(s, 1));
+  }
+  for (int i = 0; i < 6; i++) bigs.push_back(Store(kRootIno, "b" + std::to_string(i), Pattern(big, i)));
+  ASSERT_TRUE(fs_->Sync().ok());
+  FileMemoryCounters c;
+  for (int i = 0; i < 1000; i++) {
+    c = fs_->Stats().file_memory;
+    if (c.made_ahead >= 40 + 6) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The 4 MiB blocks first (the newest size), as many as fit: the 1 MiB
+  // ones, no longer wanted, were freed for them.
+  EXPECT_GE(c.made_ahead, 40u + 6) << "the new size's memory was not made";
+  EXPECT_LE(c.kept_bytes, c.budget_bytes);
+  FileSystem::Opened o = OpenServed(bigs[5], O_RDONLY);
+  ASSERT_NE(o.memory, nullptr);
+  EXPECT_EQ(KernelRead(*o.memory), Pattern(big, 5));
+  fs_->Release(o.fh);
+}
+
 // Kept memory counts against the budget with the entries.
 TEST_F(FileMemoryTest, KeptMemoryAndEntriesStayWithinTheBudget) {
   std::vector<uint64_t> inos;
