@@ -4,6 +4,13 @@
 // positive entries (name -> inode) and negative ones (name known missing),
 // bounded in bytes, least recently used out first, per shard.
 //
+// A directory marked complete has every name it holds here (one made by
+// this mount: the index has nothing in it that did not pass through the
+// cache): a name of it the cache does not know is missing, with no index
+// read, which is what a storm of existence checks of new keys asks. It
+// stops being complete the moment one of its names cannot be kept (evicted,
+// erased, too large).
+//
 //   if (auto hit = cache.Get(parent, name)) return *hit ? *hit : ENOENT;
 //   r = index.LookupEntry(parent, name); cache.Put(parent, name, r ? *r : 0);
 //
@@ -16,11 +23,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/mutex.h"
 
@@ -40,6 +49,14 @@ class EntryCache {
   // Forgets `name` in `parent`.
   void Erase(uint64_t parent, std::string_view name);
 
+  // `dir` holds no name the cache has not been given (Put) since: a new
+  // directory. Up to kMaxComplete directories at once.
+  void MarkComplete(uint64_t dir);
+  // Whether every name of `dir` is here (MarkComplete, none lost since).
+  bool Complete(uint64_t dir);
+  // No directory is complete any more.
+  void ForgetComplete();
+
   size_t entries() const;
   size_t bytes() const;
 
@@ -48,6 +65,7 @@ class EntryCache {
   // Bytes charged per entry besides its key: list node, hash node and
   // bucket, the key's heap block.
   static constexpr size_t kEntryOverhead = 144;
+  static constexpr size_t kMaxComplete = 1 << 20;
 
   struct Node {
     std::string key;  // parent (8 bytes, native order) + name
@@ -65,10 +83,21 @@ class EntryCache {
   // call on this thread.
   static std::string_view Key(uint64_t parent, std::string_view name);
   Shard& ShardOf(std::string_view key);
-  static void EraseLocked(Shard& s, std::list<Node>::iterator it) REQUIRES(s.mu);
+  // Drops the entry; its directory is no longer complete if it named an
+  // inode. Called with the entry's shard locked, so a Get of that name
+  // that misses after it sees the directory incomplete.
+  void EraseLocked(Shard& s, std::list<Node>::iterator it) REQUIRES(s.mu);
+  void NotComplete(uint64_t dir);
+  static uint64_t ParentOf(const std::string& key);
 
   const size_t max_bytes_per_shard_;
   Shard shards_[kShards];
+  // Taken inside a shard's lock, never the other way round.
+  Mutex complete_mu_;
+  std::unordered_set<uint64_t> complete_ GUARDED_BY(complete_mu_);
+  // complete_.size(): a lookup in a directory of an old mount (none
+  // complete) takes no lock for it.
+  std::atomic<size_t> complete_count_{0};
 };
 
 }  // namespace kvfs::fs

@@ -18,6 +18,9 @@ Result<uint64_t> Namespace::Resolve(uint64_t parent, std::string_view name) {
     if (*hit == 0) return Status::Error(ENOENT, "no such entry");
     return *hit;
   }
+  // Not cached as a negative entry: a storm of new names would push out
+  // the names that keep the directory complete.
+  if (cache_.Complete(parent)) return Status::Error(ENOENT, "no such entry");
   // mu_ is held (shared at least): no change comes between this read and
   // the Put.
   Result<uint64_t> r = index_.LookupEntry(parent, name);
@@ -66,6 +69,9 @@ void Namespace::Committed(const Change& c, bool ok) {
     if (it != pending_.end() && --it->second.changes == 0) pending_.erase(it);
     if (!ok) cache_.Erase(op.parent, op.name);
   }
+  // A directory whose making failed is not empty in the index for sure
+  // (its number may come back): none is trusted any more.
+  if (!ok) cache_.ForgetComplete();
 }
 
 }  // namespace kvfs::fs

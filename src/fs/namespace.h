@@ -52,6 +52,10 @@ class Namespace {
     std::string name;
     uint64_t child = 0;
   };
+  // `dir` was just made (its change recorded): none of its names is in the
+  // index, so until the cache loses one, a name it does not know in `dir`
+  // is missing without an index read.
+  void NewDirectory(uint64_t dir) REQUIRES(mu_) { cache_.MarkComplete(dir); }
   // The names in directory `dir` in name order, pending changes applied.
   // Fails with the index's error (*out is then incomplete).
   Status List(uint64_t dir, std::vector<Entry>* out) REQUIRES_SHARED(mu_);

@@ -179,6 +179,7 @@ Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uin
   if (IsDotName(name)) return Status::Error(EEXIST, "mkdir");
   NamespaceWriteLock ns(ns_.mu());
   KVFS_ASSIGN_OR_RETURN(InodeRef dir, AddChild(parent, name, S_IFDIR | (mode & 07777), caller));
+  ns_.NewDirectory(dir->ino);
   MutexLock l(dir->mu());
   return ToAttr(dir->rec);
 }

@@ -64,5 +64,33 @@ TEST(EntryCacheTest, ConcurrentUseKeepsEveryAnswerOneThatWasPut) {
   EXPECT_LE(c.bytes(), 256u << 10);
 }
 
+TEST(EntryCacheTest, ADirectoryIsCompleteUntilItLosesANameItHolds) {
+  EntryCache c(64 << 10);  // 4 KiB a shard
+  EXPECT_FALSE(c.Complete(5));
+  c.MarkComplete(5);
+  c.MarkComplete(6);
+  EXPECT_TRUE(c.Complete(5));
+  c.Put(5, "a", 50);
+  c.Put(5, "gone", 0);
+  c.Erase(5, "gone");  // a missing name lost: still complete
+  EXPECT_TRUE(c.Complete(5));
+  c.Erase(5, "a");  // a name lost
+  EXPECT_FALSE(c.Complete(5));
+  EXPECT_TRUE(c.Complete(6));
+  // Names of other directories push 6's name out of its shard.
+  c.Put(6, "b", 60);
+  const std::string pad(200, 'x');
+  for (uint64_t i = 0; i < 2000; ++i) c.Put(7, pad + std::to_string(i), i + 1);
+  EXPECT_FALSE(c.Get(6, "b").has_value());
+  EXPECT_FALSE(c.Complete(6));
+  // A name too large to keep at all.
+  c.MarkComplete(8);
+  c.Put(8, std::string(8 << 10, 'n'), 80);
+  EXPECT_FALSE(c.Complete(8));
+  c.MarkComplete(9);
+  c.ForgetComplete();
+  EXPECT_FALSE(c.Complete(9));
+}
+
 }  // namespace
 }  // namespace kvfs::fs

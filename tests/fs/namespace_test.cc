@@ -108,5 +108,52 @@ TEST_F(NamespaceTest, IndexAnswersAreCachedMissesIncluded) {
   EXPECT_EQ(ns_->cached_entries(), 2u);
 }
 
+// A directory made by this mount answers a name it never held as missing
+// without the index; once the cache has lost one of its names, the index
+// answers again, so no name that exists is ever missing.
+TEST_F(NamespaceTest, ANewDirectoryAnswersMissingNamesUntilItsCacheLosesOne) {
+  ns_ = std::make_unique<Namespace>(*index_, 64 << 10);  // 4 KiB a shard
+  auto mk = ChangeOf({{kRootIno, "d", 100}});
+  {
+    NamespaceWriteLock l(ns_->mu());
+    ns_->Record(*mk);
+    ns_->NewDirectory(100);
+  }
+  // What the index holds under 100 is not trusted while it is complete:
+  // a name put there behind the namespace's back shows which answered.
+  Commit({{100, "behind", 7}});
+  EXPECT_EQ(Resolve(100, "behind").status().code(), ENOENT);
+  std::vector<std::string> names;
+  for (int i = 0; i < 300; ++i) names.push_back(std::string(100, 'k') + std::to_string(i));
+  std::vector<EntryOp> ops;
+  for (size_t i = 0; i < names.size(); ++i) ops.push_back({100, names[i], 1000 + i});
+  auto add = ChangeOf(ops);
+  Record(*add);
+  Commit(add->entry_ops);
+  ns_->Committed(*add, /*ok=*/true);
+  // 300 names of ~120 bytes do not fit 64 KiB: some were lost, so the
+  // index answers again, and every name resolves.
+  for (size_t i = 0; i < names.size(); ++i) {
+    Result<uint64_t> r = Resolve(100, names[i]);
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+    EXPECT_EQ(*r, 1000 + i);
+  }
+  EXPECT_EQ(*Resolve(100, "behind"), 7u);
+  EXPECT_EQ(Resolve(100, "never").status().code(), ENOENT);
+}
+
+TEST_F(NamespaceTest, AFailedCommitTrustsNoDirectoryToBeComplete) {
+  auto mk = ChangeOf({{kRootIno, "d", 100}});
+  {
+    NamespaceWriteLock l(ns_->mu());
+    ns_->Record(*mk);
+    ns_->NewDirectory(100);
+  }
+  Commit({{100, "behind", 7}});
+  EXPECT_EQ(Resolve(100, "behind").status().code(), ENOENT);
+  ns_->Committed(*mk, /*ok=*/false);
+  EXPECT_EQ(*Resolve(100, "behind"), 7u);
+}
+
 }  // namespace
 }  // namespace kvfs::fs
