@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/format.h"
+#include "fs/access.h"
 #include "fs/chunk_cache.h"
 #include "fs/file_memory.h"
 #include "fs/countdown.h"
@@ -288,12 +289,18 @@ void FileSystem::Impl::PrefetchQueued(const std::vector<InodeRef>& looked_up,
   }
 }
 
-Status FileSystem::Impl::PrefetchIno(uint64_t ino) {
+Status FileSystem::Impl::PrefetchIno(uint64_t ino, const Caller* check) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
-  if (!i->is_dir()) {
+  {
     MutexLock l(i->mu());
-    PrefetchLocked(i);
-    return Status::OK();
+    if (check != nullptr) {
+      KVFS_RETURN_IF_ERROR(
+          CheckUserXattr(i->rec.mode, i->rec.uid, i->rec.gid, /*write=*/true, *check));
+    }
+    if (!i->is_dir()) {
+      PrefetchLocked(i);
+      return Status::OK();
+    }
   }
   // A directory: each file in it, in name order, until the budget is used.
   std::vector<uint64_t> children;

@@ -79,6 +79,7 @@ enum class Call : uint8_t {
   kDeleteFile,
   kPrefetchFile,
   kLink,          // the link that names an unnamed (O_TMPFILE) file
+  kAccess,        // access(2) of a mount that leaves permission checks to kvfs
   kCount
 };
 
@@ -144,6 +145,7 @@ inline constexpr CallRules kCallRules[] = {
     {Call::kDeleteFile, "delete_file", true, Wait::kMay, std::nullopt},
     {Call::kPrefetchFile, "prefetch_file", false, Wait::kMay, std::nullopt},
     {Call::kLink, "link", true, Wait::kNever, std::nullopt},
+    {Call::kAccess, "access", false, Wait::kNever, std::nullopt},
 };
 
 // A row per call, in the enum's order, so that RulesOf is an index.

@@ -98,7 +98,7 @@ Evictor::Batch FileSystem::Impl::EvictBatch(size_t max_files, uint64_t bytes,
         case EvictionRules::Verdict::kEvict:
           break;
       }
-      Status st = UnlinkLocked(c.parent, c.name);
+      Status st = UnlinkLocked(c.parent, c.name, /*check=*/nullptr);
       if (!st.ok()) {
         spdlog::warn("eviction: unlink of inode {}: {}", c.ino, st.ToString());
         kept.insert(c.ino);

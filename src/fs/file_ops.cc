@@ -27,7 +27,8 @@ Status NoHandle(const char* op) { return Status::Error(EBADF, op); }
 
 Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::string_view name,
                                                      uint32_t mode, int flags,
-                                                     const Caller& caller) {
+                                                     const Caller& caller, const Caller* check,
+                                                     bool* everyone_searches) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   if (IsDotName(name)) return Status::Error(EEXIST, "create");
   if ((mode & S_IFMT) != 0 && (mode & S_IFMT) != S_IFREG) {
@@ -36,7 +37,8 @@ Result<FileSystem::Created> FileSystem::Impl::Create(uint64_t parent, std::strin
   InodeRef file;
   {
     NamespaceWriteLock ns(ns_.mu());
-    KVFS_ASSIGN_OR_RETURN(file, AddChild(parent, name, S_IFREG | (mode & 07777), caller));
+    KVFS_ASSIGN_OR_RETURN(file, AddChild(parent, name, S_IFREG | (mode & 07777), caller, check,
+                                         everyone_searches));
   }
   const uint64_t fh = handles_.Add(Handle{file, flags, nullptr});
   MutexLock l(file->mu());  // its name is visible: others may use it

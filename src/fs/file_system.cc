@@ -307,36 +307,43 @@ void FileSystem::Forget(uint64_t ino, uint64_t n) { impl_->Forget(ino, n); }
 Result<Attr> FileSystem::GetAttr(uint64_t ino) {
   return Run(Call::kGetAttr, [&] { return impl_->GetAttr(ino); });
 }
-Result<Attr> FileSystem::PeekAttr(uint64_t ino) { return impl_->PeekAttr(ino); }
-Result<Attr> FileSystem::PeekEntry(uint64_t p, std::string_view n) {
-  return impl_->PeekEntry(p, n);
+Status FileSystem::Access(uint64_t ino, int want, const Caller* check, bool* everyone_searches) {
+  return Run(Call::kAccess, [&] { return impl_->Access(ino, want, check, everyone_searches); });
 }
-Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
-  return Run(Call::kSetAttr, [&] { return impl_->SetAttr(ino, req); });
+Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, const Caller* check,
+                                 bool* narrowed) {
+  return Run(Call::kSetAttr, [&] { return impl_->SetAttr(ino, req, check, narrowed); });
 }
-Result<Attr> FileSystem::MkDir(uint64_t p, std::string_view n, uint32_t mode, const Caller& c) {
-  return Run(Call::kMkDir, [&] { return impl_->MkDir(p, n, mode, c); });
+Result<Attr> FileSystem::MkDir(uint64_t p, std::string_view n, uint32_t mode, const Caller& c,
+                               const Caller* check, bool* everyone_searches) {
+  return Run(Call::kMkDir, [&] { return impl_->MkDir(p, n, mode, c, check, everyone_searches); });
 }
-Status FileSystem::RmDir(uint64_t p, std::string_view n) {
-  return Run(Call::kRmDir, [&] { return impl_->RmDir(p, n); });
+Status FileSystem::RmDir(uint64_t p, std::string_view n, const Caller* check) {
+  return Run(Call::kRmDir, [&] { return impl_->RmDir(p, n, check); });
 }
-Status FileSystem::Unlink(uint64_t p, std::string_view n) {
-  return Run(Call::kUnlink, [&] { return impl_->Unlink(p, n); });
+Status FileSystem::Unlink(uint64_t p, std::string_view n, const Caller* check) {
+  return Run(Call::kUnlink, [&] { return impl_->Unlink(p, n, check); });
 }
 Status FileSystem::Rename(uint64_t p, std::string_view n, uint64_t np, std::string_view nn,
-                          unsigned flags) {
-  return Run(Call::kRename, [&] { return impl_->Rename(p, n, np, nn, flags); });
+                          unsigned flags, const Caller* check, bool* drop_names) {
+  return Run(Call::kRename,
+             [&] { return impl_->Rename(p, n, np, nn, flags, check, drop_names); });
 }
 Result<FileSystem::Created> FileSystem::Create(uint64_t p, std::string_view n, uint32_t mode,
-                                               int flags, const Caller& c) {
-  return Run(Call::kCreate, [&] { return impl_->Create(p, n, mode, flags, c); });
+                                               int flags, const Caller& c, const Caller* check,
+                                               bool* everyone_searches) {
+  return Run(Call::kCreate,
+             [&] { return impl_->Create(p, n, mode, flags, c, check, everyone_searches); });
 }
 Result<FileSystem::Created> FileSystem::CreateUnnamed(uint64_t p, uint32_t mode, int flags,
-                                                      const Caller& c) {
-  return Run(Call::kCreate, [&] { return impl_->CreateUnnamed(p, mode, flags, c); });
+                                                      const Caller& c, const Caller* check,
+                                                      bool* everyone_searches) {
+  return Run(Call::kCreate,
+             [&] { return impl_->CreateUnnamed(p, mode, flags, c, check, everyone_searches); });
 }
-Result<Attr> FileSystem::Link(uint64_t ino, uint64_t np, std::string_view nn) {
-  return Run(Call::kLink, [&] { return impl_->Link(ino, np, nn); });
+Result<Attr> FileSystem::Link(uint64_t ino, uint64_t np, std::string_view nn, const Caller* check,
+                              bool* everyone_searches) {
+  return Run(Call::kLink, [&] { return impl_->Link(ino, np, nn, check, everyone_searches); });
 }
 Result<uint64_t> FileSystem::Open(uint64_t ino, int flags, KillPriv* kill,
                                   const Caller* check) {
@@ -390,18 +397,20 @@ Status FileSystem::Fallocate(uint64_t fh, int mode, uint64_t off, uint64_t len, 
   return Run(Call::kFallocate, [&] { return impl_->Fallocate(fh, mode, off, len, kill); });
 }
 Status FileSystem::SetXattr(uint64_t ino, std::string_view name, std::string_view value,
-                            int flags, const Caller& caller) {
-  return Run(Call::kSetXattr, [&] { return impl_->SetXattr(ino, name, value, flags, caller); });
+                            int flags, const Caller& caller, const Caller* check) {
+  return Run(Call::kSetXattr,
+             [&] { return impl_->SetXattr(ino, name, value, flags, caller, check); });
 }
 Result<std::string> FileSystem::GetXattr(uint64_t ino, std::string_view name,
-                                         const Caller& caller) {
-  return Run(Call::kGetXattr, [&] { return impl_->GetXattr(ino, name, caller); });
+                                         const Caller& caller, const Caller* check) {
+  return Run(Call::kGetXattr, [&] { return impl_->GetXattr(ino, name, caller, check); });
 }
 Result<std::string> FileSystem::ListXattr(uint64_t ino, const Caller& caller) {
   return Run(Call::kListXattr, [&] { return impl_->ListXattr(ino, caller); });
 }
-Status FileSystem::RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller) {
-  return Run(Call::kRemoveXattr, [&] { return impl_->RemoveXattr(ino, name, caller); });
+Status FileSystem::RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller,
+                               const Caller* check) {
+  return Run(Call::kRemoveXattr, [&] { return impl_->RemoveXattr(ino, name, caller, check); });
 }
 Result<uint64_t> FileSystem::OpenDir(uint64_t ino, int flags, const Caller* check) {
   return Run(Call::kOpenDir, [&] { return impl_->OpenDir(ino, flags, check); });
@@ -419,7 +428,9 @@ Status FileSystem::Sync() {
   KVFS_RETURN_IF_ERROR(impl_->FlushAll());
   return impl_->committer_->Drain(/*sync=*/true);
 }
-Status FileSystem::Prefetch(uint64_t ino) { return impl_->PrefetchIno(ino); }
+Status FileSystem::Prefetch(uint64_t ino, const Caller* check) {
+  return impl_->PrefetchIno(ino, check);
+}
 Result<uint64_t> FileSystem::ResolvePath(std::string_view path) { return impl_->ResolvePath(path); }
 Status FileSystem::DropCache() { return impl_->DropCache(); }
 CacheStats FileSystem::cache_stats() { return impl_->ram_->View(); }

@@ -21,8 +21,15 @@
 //   - An unlinked file that is still open stays usable through its handles;
 //     its space is freed after the last Release().
 //
-// Permission bits are enforced by the kernel (default_permissions); this layer
-// checks only what the kernel cannot (name length, types, emptiness, loops).
+// Permission checks: a mount with default_permissions leaves them to the
+// kernel, and this layer checks only what the kernel cannot (name length,
+// types, emptiness, loops). Without it the front end passes the caller as
+// `const Caller* check` to every call that the kernel would have checked,
+// and the call checks it (fs/access.h has the rules) in the same hold of
+// its locks as the operation, before anything changes, with the kernel's
+// errno and their order; null checks nothing. `check` must stay valid for
+// the call. What each call checks is said beside it. The batch calls
+// (LookupPath ... PrefetchFile) always check their `caller`.
 //
 // Per-call rules (which calls are refused with EROFS after a failed commit,
 // which may wait for something slow and so must not run on a thread that
@@ -109,6 +116,9 @@ struct SetAttrRequest {
   // group-execute, not the group-membership rule a local filesystem
   // applies (setattr_should_drop_sgid).
   KillPriv* unprivileged = nullptr;
+  // The request came through an open file (ftruncate, fchmod, ...): a
+  // truncate then needs no write permission (the open checked it).
+  bool with_handle = false;
 };
 
 struct FsStats {
@@ -187,31 +197,49 @@ class FileSystem {
   // --- Namespace. Lookup, Create and MkDir add one to the kernel lookup
   // count of the inode they return; Forget() subtracts.
   //
-  // `check` (non-null: a mount that leaves permission checks to kvfs,
-  // fs/access.h) is the caller whose search permission on `parent` Lookup
-  // checks first (EACCES), as the kernel's walk does; then
-  // *everyone_searches (if non-null) tells whether all three x bits of
-  // `parent` are set, also when the name is missing. `check` must stay
-  // valid for the call.
+  // `*everyone_searches` (if non-null) is set to whether all three x bits
+  // of the directory the name is in are set (fs/access.h
+  // EveryoneSearches): whether the kernel may cache the name.
+  //
+  // Lookup checks search permission on `parent` (EACCES) first, before the
+  // name's own errors, as the kernel's walk does; *everyone_searches is set
+  // also when the name is missing.
   Result<Attr> Lookup(uint64_t parent, std::string_view name, const Caller* check = nullptr,
                       bool* everyone_searches = nullptr);
   void Forget(uint64_t ino, uint64_t nlookup);
   Result<Attr> GetAttr(uint64_t ino);
-  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
-  Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
-  Status RmDir(uint64_t parent, std::string_view name);
-  Status Unlink(uint64_t parent, std::string_view name);
+  // access(2): `want` of kMayRead, kMayWrite, kMayExec (fs/access.h; R_OK,
+  // W_OK, X_OK have the same values) on `ino` for `check`, EACCES; ENOENT
+  // for an unknown inode. Nothing else happens (no use for eviction, no
+  // prefetch). *everyone_searches as above, for `ino` itself.
+  Status Access(uint64_t ino, int want, const Caller* check,
+                bool* everyone_searches = nullptr);
+  // `check`: CheckSetAttr's rules (fs/access.h), before anything is
+  // changed; a mode it sets loses S_ISGID as they say. *narrowed (if
+  // non-null): a directory that everyone could search no longer is.
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req, const Caller* check = nullptr,
+                       bool* narrowed = nullptr);
+  // `check`: write and search permission on `parent` (EACCES), after
+  // ENOTDIR and before EEXIST, as the kernel's may_create().
+  Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller,
+                     const Caller* check = nullptr, bool* everyone_searches = nullptr);
+  // `check`, after ENOTDIR, as the kernel's may_delete(): search
+  // permission on `parent` (EACCES); ENOENT for a missing name; write
+  // permission on `parent` (EACCES); the sticky rule (EPERM). Then the
+  // call's own errors (ENOTDIR, ENOTEMPTY; EISDIR).
+  Status RmDir(uint64_t parent, std::string_view name, const Caller* check = nullptr);
+  Status Unlink(uint64_t parent, std::string_view name, const Caller* check = nullptr);
   // flags: 0 or RENAME_NOREPLACE; RENAME_EXCHANGE/WHITEOUT -> EINVAL.
+  // `check`, after ENOTDIR: search permission on both parents (EACCES);
+  // ENOENT for a missing source; Unlink's rules for the source; write
+  // permission on `new_parent` (EACCES) and, if the target exists, the
+  // sticky rule for it (EPERM); a directory moved to another parent needs
+  // write permission on itself (its ".." changes). Then the call's own
+  // errors, flags first. *drop_names (if non-null): the name moves from a
+  // directory that everyone may search into one that not everyone may.
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
-                std::string_view new_name, unsigned flags);
-
-  // For permission checks made outside fs/ (fuse/permissions.h): the
-  // attributes of `ino`, or of the entry `name` in `parent` (ENOENT if
-  // there is none), with none of a Lookup's or GetAttr's side effects (no
-  // kernel lookup count, no prefetch, no use for eviction, not counted in
-  // the stats). Any thread.
-  Result<Attr> PeekAttr(uint64_t ino);
-  Result<Attr> PeekEntry(uint64_t parent, std::string_view name);
+                std::string_view new_name, unsigned flags, const Caller* check = nullptr,
+                bool* drop_names = nullptr);
 
   // --- Regular files. Handles are opaque non-zero numbers.
   struct Created {
@@ -219,9 +247,11 @@ class FileSystem {
     uint64_t fh = 0;
   };
   // open(O_CREAT) of a new name: EEXIST if it exists (the kernel sends
-  // Lookup+Open for an existing one).
+  // Lookup+Open for an existing one). `check` as MkDir's (mknod of a
+  // regular file comes here too).
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
-                         const Caller& caller);
+                         const Caller& caller, const Caller* check = nullptr,
+                         bool* everyone_searches = nullptr);
   // open(O_TMPFILE) in directory `parent`: a new regular file with no name
   // (nlink 0), returned open as Create() returns one, with one kernel
   // lookup. The index records it at once as an orphan, exactly as a file
@@ -229,7 +259,11 @@ class FileSystem {
   // and after a crash the next mount (or fsck.kvfs) reclaims it. Unless
   // `flags` has O_EXCL, one Link() may name it. ENOTDIR; ENOENT for a
   // removed directory; EPERM for a type other than a regular file.
-  Result<Created> CreateUnnamed(uint64_t parent, uint32_t mode, int flags, const Caller& caller);
+  // `check`: write and search permission on `parent` (EACCES), after
+  // ENOTDIR.
+  Result<Created> CreateUnnamed(uint64_t parent, uint32_t mode, int flags, const Caller& caller,
+                                const Caller* check = nullptr,
+                                bool* everyone_searches = nullptr);
   // link(2) of inode `ino` as `new_name` in `new_parent`. Only the one link
   // that names a file of CreateUnnamed() (the O_TMPFILE + linkat publish)
   // is supported: any other file, one already named by a Link() included,
@@ -240,8 +274,11 @@ class FileSystem {
   // the devices were flushed), and the orphan record goes in the same
   // commit: after a crash the name holds all of that data, or there is no
   // name and the file is reclaimed. Adds one kernel lookup (the kernel
-  // counts the entry it gets back).
-  Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
+  // counts the entry it gets back). `check`: write and search permission
+  // on `new_parent` (EACCES), after its ENOENT and ENOTDIR and before
+  // anything about `ino`, as the kernel's vfs_link() checks it first.
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name,
+                    const Caller* check = nullptr, bool* everyone_searches = nullptr);
   // O_TRUNC truncates to 0. EISDIR for a directory. `kill` (non-null)
   // with O_TRUNC: the opener is unprivileged, so the truncate clears
   // S_ISUID and S_ISGID as fs/killpriv.h says, as on every Linux
@@ -329,13 +366,16 @@ class FileSystem {
   // inode's other changes, a rename keeps them, the inode's removal drops
   // them. A caller with uid 0 may use trusted.*. Get and List of an inode
   // in memory read no index; security.* and system.* are answered from the
-  // name alone.
+  // name alone. `check` (Set, Get, Remove): CheckXattr's rules
+  // (fs/access.h) for a user.* name, before the call's own errors.
   Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags,
-                  const Caller& caller);
-  Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller);
+                  const Caller& caller, const Caller* check = nullptr);
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller,
+                               const Caller* check = nullptr);
   // Each visible name followed by a NUL.
   Result<std::string> ListXattr(uint64_t ino, const Caller& caller);
-  Status RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller);
+  Status RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller,
+                     const Caller* check = nullptr);
 
   // Writes out all staged data and commits (not synced).
   Status FlushAll();
@@ -346,8 +386,10 @@ class FileSystem {
   // --- RAM cache and prefetch hints.
   // Starts reading a whole file (or, for a directory, each file in it) into
   // the RAM cache on the prefetch lane, within the cache and prefetch
-  // budgets. Returns at once.
-  Status Prefetch(uint64_t ino);
+  // budgets. Returns at once. `check`: the hint came as a setxattr of a
+  // user.* name (fuse/'s user.kvfs.prefetch), so the caller needs what
+  // setting one on `ino` needs (CheckXattr).
+  Status Prefetch(uint64_t ino, const Caller* check = nullptr);
   // The inode of `path`, relative to the root ("a/b/c"); ENOENT etc.
   Result<uint64_t> ResolvePath(std::string_view path);
   // FlushAll(), then empties the RAM cache: the next reads come from the
@@ -370,9 +412,9 @@ class FileSystem {
   Result<uint64_t> Evict(unsigned to_percent);
 
   // --- Whole-file operations for the batch ioctl (fs/batch.h drives them).
-  // Unlike the calls above, these check permissions themselves, for
-  // `caller` (uid, gid, groups; uid 0 passes as root does), as open(2),
-  // unlink(2) and path lookup would.
+  // Unlike the calls above (which check only a `check` they are given),
+  // these always check permissions, for `caller` (uid, gid, groups; uid 0
+  // passes as root does), as open(2), unlink(2) and path lookup would.
   //
   // Path rules (every call below): `path` is "a/b/c" relative to directory
   // `dir`, like openat(2). EXDEV for a leading '/' or a ".." component (they

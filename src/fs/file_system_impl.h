@@ -117,17 +117,22 @@ class FileSystem::Impl {
   Attr AttrAndPrefetch(const InodeRef& inode, bool only_idle);
   void Forget(uint64_t ino, uint64_t nlookup) { table_.Forget(ino, nlookup); }
   Result<Attr> GetAttr(uint64_t ino);
-  Result<Attr> PeekAttr(uint64_t ino);
-  Result<Attr> PeekEntry(uint64_t parent, std::string_view name);
-  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req);
+  Status Access(uint64_t ino, int want, const Caller* check, bool* everyone_searches);
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req, const Caller* check,
+                       bool* narrowed);
   // SetAttr, with any write-out of the file's memory it must follow done.
-  Result<Attr> SetAttrLocked(const InodeRef& i, const SetAttrRequest& req);
-  Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller);
-  Status RmDir(uint64_t parent, std::string_view name);
-  Status Unlink(uint64_t parent, std::string_view name);
-  Status UnlinkLocked(uint64_t parent, std::string_view name) REQUIRES(ns_.mu());
+  Result<Attr> SetAttrLocked(const InodeRef& i, const SetAttrRequest& req, const Caller* check,
+                             bool* narrowed);
+  Result<Attr> MkDir(uint64_t parent, std::string_view name, uint32_t mode, const Caller& caller,
+                     const Caller* check, bool* everyone_searches);
+  Status RmDir(uint64_t parent, std::string_view name, const Caller* check);
+  Status Unlink(uint64_t parent, std::string_view name, const Caller* check);
+  // Unlink (and the batch's DeleteFile) under the namespace lock.
+  Status UnlinkLocked(uint64_t parent, std::string_view name, const Caller* check)
+      REQUIRES(ns_.mu());
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
-                std::string_view new_name, unsigned flags);
+                std::string_view new_name, unsigned flags, const Caller* check,
+                bool* drop_names);
   Result<uint64_t> OpenDir(uint64_t ino, int flags, const Caller* check);
   // Lists directory dh->ino into dh->items ("." and ".." first, then the
   // names in order, uncommitted changes included; nothing for a removed
@@ -177,14 +182,16 @@ class FileSystem::Impl {
 
   // --- file_ops.cc
   Result<Created> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
-                         const Caller& caller);
+                         const Caller& caller, const Caller* check, bool* everyone_searches);
   Result<uint64_t> Open(uint64_t ino, int flags, KillPriv* kill, const Caller* check);
   void OpenServed(uint64_t ino, int flags, KillPriv* kill, const Caller* check,
                   std::function<bool(FileMemory&)> can_serve,
                   std::function<void(Result<Opened>)> done);
   // --- tmpfile_ops.cc (contracts in file_system.h)
-  Result<Created> CreateUnnamed(uint64_t parent, uint32_t mode, int flags, const Caller& caller);
-  Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
+  Result<Created> CreateUnnamed(uint64_t parent, uint32_t mode, int flags, const Caller& caller,
+                                const Caller* check, bool* everyone_searches);
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name,
+                    const Caller* check, bool* everyone_searches);
   void Read(uint64_t fh, uint64_t off, size_t size, ReadDone done, CancelFlag cancel);
   Status Flush(uint64_t fh, bool may_wait);
   // Never takes ns_.mu() (it runs on the request receiver): an unlinked
@@ -213,14 +220,16 @@ class FileSystem::Impl {
                  const Caller& caller, std::function<void(Status)> done);
 
   // --- cache_loads.cc
-  Status PrefetchIno(uint64_t ino);
+  Status PrefetchIno(uint64_t ino, const Caller* check);
 
   // --- xattr_ops.cc
   Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags,
-                  const Caller& caller);
-  Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller);
+                  const Caller& caller, const Caller* check);
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name, const Caller& caller,
+                               const Caller* check);
   Result<std::string> ListXattr(uint64_t ino, const Caller& caller);
-  Status RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller);
+  Status RemoveXattr(uint64_t ino, std::string_view name, const Caller& caller,
+                     const Caller* check);
 
   // --- atime.cc
   // A use of `i` (open for reading, read): records it for the eviction
@@ -265,10 +274,11 @@ class FileSystem::Impl {
   // --- namespace_ops.cc
   // A new regular file (returned open once, as create(2) does) or
   // directory (`mode` has the type) named `name` in `parent`, with one
-  // kernel lookup; its change is queued. EEXIST, ENOTDIR, ENOENT for a
-  // removed parent.
+  // kernel lookup; its change is queued. ENOTDIR, then `check`'s
+  // MayChangeNamesIn, then EEXIST, ENOENT for a removed parent.
   Result<InodeRef> AddChild(uint64_t parent, std::string_view name, uint32_t mode,
-                            const Caller& caller) REQUIRES(ns_.mu());
+                            const Caller& caller, const Caller* check, bool* everyone_searches)
+      REQUIRES(ns_.mu());
   // A record for a new inode (number allocated; the caller's uid and gid;
   // link count 2 for a directory, else 1; times `now`).
   index::Inode NewRecord(uint32_t mode, const Caller& caller, int64_t now);
@@ -281,9 +291,10 @@ class FileSystem::Impl {
   // that holds it, and *leaf its name; otherwise the inode `path` names.
   Result<InodePin> WalkPath(uint64_t dir, std::string_view path, const Caller& caller,
                             bool want_parent, std::string_view* leaf) REQUIRES_SHARED(ns_.mu());
-  // What rename(2) over `leaf` in `p` checks: write and search permission
-  // on the directory, the sticky rule, and no directory in the way. Yields
-  // the file being replaced, or null.
+  // What WriteFile over `leaf` in `p` checks, as rename(2) over it would:
+  // ENOENT for a removed directory, write and search permission on it, the
+  // sticky rule, and no directory in the way. Yields the file being
+  // replaced, or null.
   Result<InodeRef> CheckReplace(const InodeRef& p, std::string_view leaf, const Caller& who)
       REQUIRES_SHARED(ns_.mu());
 
@@ -452,6 +463,22 @@ class FileSystem::Impl {
   // OK when `check` is null, or when it may access `i` as `want` asks
   // (fs/access.h CheckAccess), else EACCES. REQUIRES: i->mu() held.
   static Status MayAccessLocked(const InodeRef& i, const Caller* check, int want);
+  // MayAccessLocked, taking i->mu() (only when `check` is set).
+  static Status MayAccess(const InodeRef& i, const Caller* check, int want);
+  // Write and search permission on directory `p` for `check`, as adding,
+  // removing or replacing a name in it needs (EACCES). Sets
+  // *everyone_searches (if non-null) from `p`'s mode. Takes p->mu().
+  static Status MayChangeNamesIn(const InodeRef& p, const Caller* check,
+                                 bool* everyone_searches = nullptr);
+  // The sticky rule for removing or replacing `victim`, an entry of
+  // directory `p`, for `check` (EPERM). Takes their mu()s in turn.
+  static Status MayTakeName(const InodeRef& p, const InodeRef& victim, const Caller* check);
+  // may_delete() of the entry `name` of directory `p` (unlink, rmdir, the
+  // source of a rename), search permission on `p` checked before: the
+  // entry's inode, ENOENT if there is none; then for `check` write
+  // permission on `p` (EACCES) and the sticky rule (EPERM).
+  Result<InodeRef> EntryToRemove(const InodeRef& p, std::string_view name, const Caller* check)
+      REQUIRES_SHARED(ns_.mu());
   // The open's work under i->mu() (O_TRUNC, the use, prefetch, the open
   // counts); `served`: the memory the open is served from, or null.
   // With `pending`, `served` is a memory still loading that the open

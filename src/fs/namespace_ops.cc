@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "common/format.h"
@@ -20,6 +21,44 @@ Status FileSystem::Impl::MayAccessLocked(const InodeRef& i, const Caller* check,
   return CheckAccess(i->rec.mode, i->rec.uid, i->rec.gid, *check, want);
 }
 
+Status FileSystem::Impl::MayAccess(const InodeRef& i, const Caller* check, int want) {
+  if (check == nullptr) return Status::OK();
+  MutexLock l(i->mu());
+  return MayAccessLocked(i, check, want);
+}
+
+Status FileSystem::Impl::MayChangeNamesIn(const InodeRef& p, const Caller* check,
+                                          bool* everyone_searches) {
+  if (check == nullptr && everyone_searches == nullptr) return Status::OK();
+  MutexLock l(p->mu());
+  if (everyone_searches != nullptr) *everyone_searches = EveryoneSearches(p->rec.mode);
+  return MayAccessLocked(p, check, kMayWrite | kMayExec);
+}
+
+Status FileSystem::Impl::MayTakeName(const InodeRef& p, const InodeRef& victim,
+                                     const Caller* check) {
+  if (check == nullptr) return Status::OK();
+  uint32_t dir_mode, dir_uid;
+  {
+    MutexLock l(p->mu());
+    if (!(p->rec.mode & S_ISVTX)) return Status::OK();
+    dir_mode = p->rec.mode;
+    dir_uid = p->rec.uid;
+  }
+  MutexLock l(victim->mu());
+  return CheckSticky(dir_mode, dir_uid, victim->rec.uid, *check);
+}
+
+Result<InodeRef> FileSystem::Impl::EntryToRemove(const InodeRef& p, std::string_view name,
+                                                 const Caller* check) {
+  // The name must exist before anything else is said about it.
+  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(p->ino, name));
+  KVFS_ASSIGN_OR_RETURN(InodeRef v, table_.Get(ino));
+  KVFS_RETURN_IF_ERROR(MayChangeNamesIn(p, check));
+  KVFS_RETURN_IF_ERROR(MayTakeName(p, v, check));
+  return v;
+}
+
 Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name,
                                       const Caller* check, bool* everyone_searches) {
   InodeRef child;
@@ -31,7 +70,7 @@ Result<Attr> FileSystem::Impl::Lookup(uint64_t parent, std::string_view name,
     if (got.ok() && (*got)->is_dir()) {
       const InodeRef& p = *got;
       MutexLock l(p->mu());
-      if (everyone_searches != nullptr) *everyone_searches = (p->rec.mode & 0111) == 0111;
+      if (everyone_searches != nullptr) *everyone_searches = EveryoneSearches(p->rec.mode);
       KVFS_RETURN_IF_ERROR(MayAccessLocked(p, check, kMayExec));
     }
     if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
@@ -97,25 +136,16 @@ Result<Attr> FileSystem::Impl::GetAttr(uint64_t ino) {
   return AttrAndPrefetch(i, /*only_idle=*/true);
 }
 
-Result<Attr> FileSystem::Impl::PeekAttr(uint64_t ino) {
+Status FileSystem::Impl::Access(uint64_t ino, int want, const Caller* check,
+                                bool* everyone_searches) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   MutexLock l(i->mu());
-  return ToAttr(i->rec);
+  if (everyone_searches != nullptr) *everyone_searches = EveryoneSearches(i->rec.mode);
+  return MayAccessLocked(i, check, want);
 }
 
-Result<Attr> FileSystem::Impl::PeekEntry(uint64_t parent, std::string_view name) {
-  if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "lookup");
-  InodeRef child;
-  {
-    NamespaceReadLock ns(ns_.mu());  // changes nothing ns_.mu() guards
-    KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(parent, name));
-    KVFS_ASSIGN_OR_RETURN(child, table_.Get(ino));
-  }
-  MutexLock l(child->mu());
-  return ToAttr(child->rec);
-}
-
-Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
+Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req,
+                                       const Caller* check, bool* narrowed) {
   KVFS_ASSIGN_OR_RETURN(InodeRef i, table_.Get(ino));
   // A size change waits for a write-out of the file's memory under way (a
   // served writer's release, which the kernel sends after close(2)
@@ -125,14 +155,24 @@ Result<Attr> FileSystem::Impl::SetAttr(uint64_t ino, const SetAttrRequest& req) 
       req.size && ram_->memory() ? ram_->memory()->Get(i->token) : nullptr;
   if (served) {
     MutexLock w(served->writeout_mu());
-    return SetAttrLocked(i, req);
+    return SetAttrLocked(i, req, check, narrowed);
   }
-  return SetAttrLocked(i, req);
+  return SetAttrLocked(i, req, check, narrowed);
 }
 
-Result<Attr> FileSystem::Impl::SetAttrLocked(const InodeRef& i, const SetAttrRequest& req) {
+Result<Attr> FileSystem::Impl::SetAttrLocked(const InodeRef& i, const SetAttrRequest& req,
+                                             const Caller* check, bool* narrowed) {
   MutexLock l(i->mu());
+  // Checked before anything changes (a truncate goes first below).
+  std::optional<uint32_t> mode = req.mode;
+  if (check != nullptr) {
+    uint32_t chmod_mode = 0;
+    KVFS_RETURN_IF_ERROR(
+        CheckSetAttr(i->rec.mode, i->rec.uid, i->rec.gid, req, *check, &chmod_mode));
+    if (mode) mode = chmod_mode;
+  }
   if (i->deleted) return Status::Error(ENOENT, "setattr");
+  const uint32_t mode_before = i->rec.mode;
   const int64_t now = NowNs();
   if (req.size) {
     if (i->is_dir()) return Status::Error(EISDIR, "truncate");
@@ -148,14 +188,14 @@ Result<Attr> FileSystem::Impl::SetAttrLocked(const InodeRef& i, const SetAttrReq
     }
     if (!grows) KVFS_RETURN_IF_ERROR(i->data.ResizeServed(*req.size, /*grow_only=*/false));
   }
-  if (req.mode) i->rec.mode = (i->rec.mode & S_IFMT) | (*req.mode & 07777);
+  if (mode) i->rec.mode = (i->rec.mode & S_IFMT) | (*mode & 07777);
   if (req.uid) i->rec.uid = *req.uid;
   if (req.gid) i->rec.gid = *req.gid;
   if (req.kill_suidgid) {
     i->rec.mode = req.unprivileged ? KillSuidGidFor(i->rec.mode, i->rec.gid, *req.unprivileged)
                                    : KillSuidGid(i->rec.mode);
   }
-  if (req.mode && req.unprivileged && (i->rec.mode & S_ISGID) &&
+  if (mode && req.unprivileged && (i->rec.mode & S_ISGID) &&
       !(req.unprivileged->in_group && req.unprivileged->in_group(i->rec.gid))) {
     // setattr_prepare()'s rule for chmod by a caller outside the group,
     // which the kernel skips for its own (ATTR_FORCE) mode changes.
@@ -166,6 +206,9 @@ Result<Attr> FileSystem::Impl::SetAttrLocked(const InodeRef& i, const SetAttrReq
   if (req.mtime_now) i->rec.mtime_ns = now;
   else if (req.mtime_ns) i->rec.mtime_ns = *req.mtime_ns;
   i->rec.ctime_ns = now;
+  if (narrowed != nullptr) {
+    *narrowed = i->is_dir() && EveryoneSearches(mode_before) && !EveryoneSearches(i->rec.mode);
+  }
   Attr a = ToAttr(i->rec);
   ServedAttr(i, &a);
   l.Unlock();
@@ -174,11 +217,13 @@ Result<Attr> FileSystem::Impl::SetAttrLocked(const InodeRef& i, const SetAttrReq
 }
 
 Result<Attr> FileSystem::Impl::MkDir(uint64_t parent, std::string_view name, uint32_t mode,
-                                     const Caller& caller) {
+                                     const Caller& caller, const Caller* check,
+                                     bool* everyone_searches) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   if (IsDotName(name)) return Status::Error(EEXIST, "mkdir");
   NamespaceWriteLock ns(ns_.mu());
-  KVFS_ASSIGN_OR_RETURN(InodeRef dir, AddChild(parent, name, S_IFDIR | (mode & 07777), caller));
+  KVFS_ASSIGN_OR_RETURN(InodeRef dir, AddChild(parent, name, S_IFDIR | (mode & 07777), caller,
+                                               check, everyone_searches));
   ns_.NewDirectory(dir->ino);
   MutexLock l(dir->mu());
   return ToAttr(dir->rec);
@@ -208,9 +253,11 @@ void FileSystem::Impl::InheritSetgid(InodeState& parent, index::Inode* rec) {
 }
 
 Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view name,
-                                            uint32_t mode, const Caller& caller) {
+                                            uint32_t mode, const Caller& caller,
+                                            const Caller* check, bool* everyone_searches) {
   KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "create in a non-directory");
+  KVFS_RETURN_IF_ERROR(MayChangeNamesIn(p, check, everyone_searches));
   auto existing = ns_.Resolve(parent, name);
   if (existing.ok()) return Status::Error(EEXIST, "name exists");
   if (existing.status().code() != ENOENT) return existing.status();
@@ -231,15 +278,15 @@ Result<InodeRef> FileSystem::Impl::AddChild(uint64_t parent, std::string_view na
   return child;
 }
 
-Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
+Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name, const Caller* check) {
   if (name == ".") return Status::Error(EINVAL, "rmdir .");
   if (name == "..") return Status::Error(ENOTEMPTY, "rmdir ..");
   KVFS_RETURN_IF_ERROR(CheckName(name));
   NamespaceWriteLock ns(ns_.mu());
   KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "rmdir");
-  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(parent, name));
-  KVFS_ASSIGN_OR_RETURN(InodeRef d, table_.Get(ino));
+  KVFS_RETURN_IF_ERROR(MayAccess(p, check, kMayExec));
+  KVFS_ASSIGN_OR_RETURN(InodeRef d, EntryToRemove(p, name, check));
   {
     MutexLock l(d->mu());
     if (!d->is_dir()) return Status::Error(ENOTDIR, "rmdir");
@@ -252,17 +299,18 @@ Status FileSystem::Impl::RmDir(uint64_t parent, std::string_view name) {
   return Status::OK();
 }
 
-Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name) {
+Status FileSystem::Impl::Unlink(uint64_t parent, std::string_view name, const Caller* check) {
   NamespaceWriteLock ns(ns_.mu());
-  return UnlinkLocked(parent, name);
+  return UnlinkLocked(parent, name, check);
 }
 
-Status FileSystem::Impl::UnlinkLocked(uint64_t parent, std::string_view name) {
+Status FileSystem::Impl::UnlinkLocked(uint64_t parent, std::string_view name,
+                                      const Caller* check) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   if (!p->is_dir()) return Status::Error(ENOTDIR, "unlink");
-  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(parent, name));
-  KVFS_ASSIGN_OR_RETURN(InodeRef v, table_.Get(ino));
+  KVFS_RETURN_IF_ERROR(MayAccess(p, check, kMayExec));
+  KVFS_ASSIGN_OR_RETURN(InodeRef v, EntryToRemove(p, name, check));
   if (v->is_dir()) return Status::Error(EISDIR, "unlink");
   NameChange change = NewNameChange();
   change.Unlink(p, name, v);
@@ -271,10 +319,8 @@ Status FileSystem::Impl::UnlinkLocked(uint64_t parent, std::string_view name) {
 }
 
 Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
-                                std::string_view new_name, unsigned flags) {
-  if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
-    return Status::Error(EINVAL, "rename: only RENAME_NOREPLACE is supported");
-  }
+                                std::string_view new_name, unsigned flags, const Caller* check,
+                                bool* drop_names) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   KVFS_RETURN_IF_ERROR(CheckName(new_name));
   if (IsDotName(name) || IsDotName(new_name)) return Status::Error(EINVAL, "rename . or ..");
@@ -282,22 +328,46 @@ Status FileSystem::Impl::Rename(uint64_t parent, std::string_view name, uint64_t
   KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
   KVFS_ASSIGN_OR_RETURN(InodeRef np, table_.Get(new_parent));
   if (!p->is_dir() || !np->is_dir()) return Status::Error(ENOTDIR, "rename");
-  KVFS_ASSIGN_OR_RETURN(uint64_t src, ns_.Resolve(parent, name));
-  KVFS_ASSIGN_OR_RETURN(InodeRef x, table_.Get(src));
+  // vfs_rename()'s checks, in its order, all before the call's own errors:
+  // search on both parents (the walk), may_delete() of the source, then of
+  // the target or may_create() in its directory.
+  KVFS_RETURN_IF_ERROR(MayAccess(p, check, kMayExec));
+  KVFS_RETURN_IF_ERROR(MayAccess(np, check, kMayExec));
+  KVFS_ASSIGN_OR_RETURN(InodeRef x, EntryToRemove(p, name, check));
+  const uint64_t src = x->ino;
+  KVFS_RETURN_IF_ERROR(MayChangeNamesIn(np, check));
   InodeRef y;
   auto dst = ns_.Resolve(new_parent, new_name);
   if (dst.ok()) {
-    if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, "rename");
-    if (*dst == src) return Status::OK();  // same file: nothing to do
     KVFS_ASSIGN_OR_RETURN(y, table_.Get(*dst));
+    KVFS_RETURN_IF_ERROR(MayTakeName(np, y, check));
+  } else if (dst.status().code() != ENOENT) {
+    return dst.status();
+  }
+  if (parent != new_parent && x->is_dir()) {
+    KVFS_RETURN_IF_ERROR(MayAccess(x, check, kMayWrite));  // its ".." changes
+  }
+  if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
+    return Status::Error(EINVAL, "rename: only RENAME_NOREPLACE is supported");
+  }
+  if (y) {
+    if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, "rename");
+    if (y->ino == src) return Status::OK();  // same file: nothing to do
     if (x->is_dir() && !y->is_dir()) return Status::Error(ENOTDIR, "rename");
     if (!x->is_dir() && y->is_dir()) return Status::Error(EISDIR, "rename");
     if (y->is_dir()) {
       MutexLock l(y->mu());
       if (y->rec.size > 0) return Status::Error(ENOTEMPTY, "rename");
     }
-  } else if (dst.status().code() != ENOENT) {
-    return dst.status();
+  }
+  if (drop_names != nullptr && parent != new_parent) {
+    bool from_everyones = false;
+    {
+      MutexLock l(p->mu());
+      from_everyones = EveryoneSearches(p->rec.mode);
+    }
+    MutexLock l(np->mu());
+    *drop_names = from_everyones && !EveryoneSearches(np->rec.mode);
   }
   if (x->is_dir() && parent != new_parent) {
     // Moving a directory below itself would cut it off from the tree.

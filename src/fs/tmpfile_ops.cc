@@ -20,7 +20,9 @@
 namespace kvfs::fs {
 
 Result<FileSystem::Created> FileSystem::Impl::CreateUnnamed(uint64_t parent, uint32_t mode,
-                                                            int flags, const Caller& caller) {
+                                                            int flags, const Caller& caller,
+                                                            const Caller* check,
+                                                            bool* everyone_searches) {
   if ((mode & S_IFMT) != 0 && (mode & S_IFMT) != S_IFREG) {
     return Status::Error(EPERM, "only regular files and directories are supported");
   }
@@ -29,6 +31,7 @@ Result<FileSystem::Created> FileSystem::Impl::CreateUnnamed(uint64_t parent, uin
     NamespaceWriteLock ns(ns_.mu());  // SettleOrphans (in Enqueue) requires it
     KVFS_ASSIGN_OR_RETURN(InodeRef p, table_.Get(parent));
     if (!p->is_dir()) return Status::Error(ENOTDIR, "O_TMPFILE in a non-directory");
+    KVFS_RETURN_IF_ERROR(MayChangeNamesIn(p, check, everyone_searches));
     {
       MutexLock l(p->mu());
       if (p->deleted) return Status::Error(ENOENT, "O_TMPFILE in a removed directory");
@@ -57,17 +60,21 @@ Result<FileSystem::Created> FileSystem::Impl::CreateUnnamed(uint64_t parent, uin
 }
 
 Result<Attr> FileSystem::Impl::Link(uint64_t ino, uint64_t new_parent,
-                                    std::string_view new_name) {
+                                    std::string_view new_name, const Caller* check,
+                                    bool* everyone_searches) {
   KVFS_RETURN_IF_ERROR(CheckName(new_name));
   if (IsDotName(new_name)) return Status::Error(EEXIST, "link");
   NamespaceWriteLock ns(ns_.mu());
+  // The new name's directory first: vfs_link() checks it (may_create())
+  // before it looks at the inode.
+  KVFS_ASSIGN_OR_RETURN(InodeRef np, table_.Get(new_parent));
+  if (!np->is_dir()) return Status::Error(ENOTDIR, "link into a non-directory");
+  KVFS_RETURN_IF_ERROR(MayChangeNamesIn(np, check, everyone_searches));
   KVFS_ASSIGN_OR_RETURN(InodeRef x, table_.Get(ino));
   {
     MutexLock l(x->mu());
     KVFS_RETURN_IF_ERROR(Linkable(*x));
   }
-  KVFS_ASSIGN_OR_RETURN(InodeRef np, table_.Get(new_parent));
-  if (!np->is_dir()) return Status::Error(ENOTDIR, "link into a non-directory");
   auto existing = ns_.Resolve(new_parent, new_name);
   if (existing.ok()) return Status::Error(EEXIST, "link: name exists");
   if (existing.status().code() != ENOENT) return existing.status();

@@ -113,25 +113,9 @@ Status FileSystem::Impl::DeleteFile(uint64_t dir, std::string_view path, const C
   NamespaceWriteLock ns(ns_.mu());
   std::string_view leaf;
   KVFS_ASSIGN_OR_RETURN(InodePin p, WalkPath(dir, path, caller, true, &leaf));
-  // Checked and done under one ns_.mu() hold: the entry checked is the one
-  // unlinked.
-  uint32_t dir_mode, dir_uid, dir_gid;
-  {
-    MutexLock l(p->mu());
-    dir_mode = p->rec.mode;
-    dir_uid = p->rec.uid;
-    dir_gid = p->rec.gid;
-  }
-  KVFS_ASSIGN_OR_RETURN(uint64_t ino, ns_.Resolve(p->ino, leaf));
-  KVFS_RETURN_IF_ERROR(CheckAccess(dir_mode, dir_uid, dir_gid, caller, kMayWrite | kMayExec));
-  KVFS_ASSIGN_OR_RETURN(InodeRef v, table_.Get(ino));
-  uint32_t victim_uid;
-  {
-    MutexLock l(v->mu());
-    victim_uid = v->rec.uid;
-  }
-  KVFS_RETURN_IF_ERROR(CheckSticky(dir_mode, dir_uid, victim_uid, caller));
-  return UnlinkLocked(p->ino, leaf);  // the one unlink: EISDIR for a directory
+  // Checked and done under one ns_.mu() hold, by the one unlink: the entry
+  // checked is the one unlinked.
+  return UnlinkLocked(p->ino, leaf, &caller);
 }
 
 Result<uint64_t> FileSystem::Impl::PrefetchFile(uint64_t dir, std::string_view path,

@@ -21,7 +21,6 @@
 
 #include "common/crc32c.h"
 #include "common/format.h"
-#include "fs/access.h"
 #include "fs/countdown.h"
 #include "fs/file_system_impl.h"
 
@@ -84,23 +83,18 @@ struct FileSystem::Impl::WriteState {
 
 Result<InodeRef> FileSystem::Impl::CheckReplace(const InodeRef& p, std::string_view leaf,
                                                 const Caller& who) {
-  uint32_t dir_mode, dir_uid;
   {
     MutexLock l(p->mu());
     if (p->deleted) return Status::Error(ENOENT, "directory removed");
-    KVFS_RETURN_IF_ERROR(
-        CheckAccess(p->rec.mode, p->rec.uid, p->rec.gid, who, kMayWrite | kMayExec));
-    dir_mode = p->rec.mode;
-    dir_uid = p->rec.uid;
   }
+  KVFS_RETURN_IF_ERROR(MayChangeNamesIn(p, &who));
   auto e = ns_.Resolve(p->ino, leaf);
   if (!e.ok()) {
     if (e.status().code() == ENOENT) return InodeRef();
     return e.status();
   }
   KVFS_ASSIGN_OR_RETURN(InodeRef y, table_.Get(*e));
-  MutexLock l(y->mu());
-  KVFS_RETURN_IF_ERROR(CheckSticky(dir_mode, dir_uid, y->rec.uid, who));
+  KVFS_RETURN_IF_ERROR(MayTakeName(p, y, &who));
   if (y->is_dir()) return Status::Error(EISDIR, "a directory has that name");
   return y;
 }

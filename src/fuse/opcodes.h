@@ -51,8 +51,8 @@ inline constexpr OpcodeRule kOpcodes[] = {
     {FUSE_BATCH_FORGET, fs::Call::kForget},
     {FUSE_GETATTR, fs::Call::kGetAttr},
     {FUSE_SETATTR, fs::Call::kSetAttr},
-    // Without default_permissions: a check on attributes (FileSystem::PeekAttr).
-    {FUSE_ACCESS, fs::Call::kGetAttr},
+    // Without default_permissions only: the kernel sends none otherwise.
+    {FUSE_ACCESS, fs::Call::kAccess},
     {FUSE_MKDIR, fs::Call::kMkDir},
     // A regular file only: create then release.
     {FUSE_MKNOD, fs::Call::kCreate},

@@ -2,6 +2,7 @@
 // rmdir, unlink, rename, link (only the one that names an O_TMPFILE file);
 // symlink is refused.
 #include <fcntl.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -15,13 +16,6 @@
 namespace kvfs::fuse::ops {
 
 namespace {
-
-// Replies with `st` and returns true if it is an error (a refused check).
-bool Denied(fuse_req_t req, const Status& st, const char* op) {
-  if (st.ok()) return false;
-  ReplyStatus(req, st, op);
-  return true;
-}
 
 // An entry in a directory not everyone may search is not cached: each walk
 // through it comes back as a LOOKUP, whose caller is checked.
@@ -102,16 +96,8 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
 
 void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
-  uint32_t mode = attr->st_mode & 07777;
-  bool narrowed;
-  if (Denied(req,
-             perm::MaySetAttr(req, ino, to_set, fi != nullptr, &mode, attr->st_uid, attr->st_gid,
-                              &narrowed),
-             "setattr")) {
-    return;
-  }
   fs::SetAttrRequest q;
-  if (to_set & FUSE_SET_ATTR_MODE) q.mode = mode;
+  if (to_set & FUSE_SET_ATTR_MODE) q.mode = attr->st_mode & 07777;
   if (to_set & FUSE_SET_ATTR_UID) q.uid = attr->st_uid;
   if (to_set & FUSE_SET_ATTR_GID) q.gid = attr->st_gid;
   if (to_set & FUSE_SET_ATTR_SIZE) q.size = static_cast<uint64_t>(attr->st_size);
@@ -130,9 +116,15 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   } else if (to_set & FUSE_SET_ATTR_MTIME) {
     q.mtime_ns = ToNs(attr->st_mtim);
   }
+  q.with_handle = fi != nullptr;
   // By inode: an ftruncate of a file with no name left finds it all the
-  // same (its open handle keeps it in the table).
-  Result<fs::Attr> r = NoThrow([&] { return s.fs->SetAttr(ino, q); });
+  // same (its open handle keeps it in the table). fs/ checks the caller
+  // (fuse/permissions.h).
+  perm::RequestCaller caller(req);
+  bool narrowed = false;
+  Result<fs::Attr> r = NoThrow([&] {
+    return s.fs->SetAttr(ino, q, caller.check(), caller.check() ? &narrowed : nullptr);
+  });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "setattr");
     return;
@@ -146,10 +138,12 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
 
 void MkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   SessionState& s = StateOf(req);
-  bool cacheable;
-  if (Denied(req, perm::MayCreate(req, parent, &cacheable), "mkdir")) return;
-  fs::Caller caller = CallerOf(req);
-  Result<fs::Attr> r = NoThrow([&] { return s.fs->MkDir(parent, name, mode & 07777, caller); });
+  perm::RequestCaller who(req);
+  bool cacheable = true;
+  Result<fs::Attr> r = NoThrow([&] {
+    return s.fs->MkDir(parent, name, mode & 07777, who.caller(), who.check(),
+                       who.check() ? &cacheable : nullptr);
+  });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "mkdir");
     return;
@@ -166,11 +160,12 @@ void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
   }
   // mknod(S_IFREG) is create + close.
   SessionState& s = StateOf(req);
-  bool cacheable;
-  if (Denied(req, perm::MayCreate(req, parent, &cacheable), "mknod")) return;
-  fs::Caller caller = CallerOf(req);
-  Result<fs::FileSystem::Created> r = NoThrow(
-      [&] { return s.fs->Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL, caller); });
+  perm::RequestCaller who(req);
+  bool cacheable = true;
+  Result<fs::FileSystem::Created> r = NoThrow([&] {
+    return s.fs->Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL, who.caller(),
+                        who.check(), who.check() ? &cacheable : nullptr);
+  });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "mknod");
     return;
@@ -182,26 +177,26 @@ void MkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
 }
 
 void RmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  if (Denied(req, perm::MayDelete(req, parent, name), "rmdir")) return;
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs->RmDir(parent, name); }), "rmdir");
+  perm::RequestCaller who(req);
+  ReplyStatus(req, NoThrow([&] { return s.fs->RmDir(parent, name, who.check()); }), "rmdir");
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  if (Denied(req, perm::MayDelete(req, parent, name), "unlink")) return;
   SessionState& s = StateOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs->Unlink(parent, name); }), "unlink");
+  perm::RequestCaller who(req);
+  ReplyStatus(req, NoThrow([&] { return s.fs->Unlink(parent, name, who.check()); }), "unlink");
 }
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
             const char* newname, unsigned int flags) {
-  bool drop_names;
-  if (Denied(req, perm::MayRename(req, parent, name, newparent, newname, &drop_names),
-             "rename")) {
-    return;
-  }
   SessionState& s = StateOf(req);
-  Status st = NoThrow([&] { return s.fs->Rename(parent, name, newparent, newname, flags); });
+  perm::RequestCaller who(req);
+  bool drop_names = false;
+  Status st = NoThrow([&] {
+    return s.fs->Rename(parent, name, newparent, newname, flags, who.check(),
+                        who.check() ? &drop_names : nullptr);
+  });
   // The moved name keeps the kernel's cache time in a directory where names
   // are not cached.
   if (st.ok() && drop_names) perm::DropAllNames(req);
@@ -209,18 +204,22 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 }
 
 void Access(fuse_req_t req, fuse_ino_t ino, int mask) {
-  ReplyStatus(req, perm::MayAccess(req, ino, mask), "access");
+  SessionState& s = StateOf(req);
+  perm::RequestCaller who(req);
+  // R_OK, W_OK, X_OK are fs::kMayRead, kMayWrite, kMayExec.
+  const int want = mask & (R_OK | W_OK | X_OK);
+  ReplyStatus(req, NoThrow([&] { return s.fs->Access(ino, want, who.check()); }), "access");
 }
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   // Only the link that names an O_TMPFILE file; fs/ refuses any other with
   // EPERM, link(2)'s "the filesystem does not support hard links".
   SessionState& s = StateOf(req);
-  // link(2) checks the new name's directory as a create does (vfs_link:
-  // may_create), before asking the filesystem.
-  bool cacheable;
-  if (Denied(req, perm::MayCreate(req, newparent, &cacheable), "link")) return;
-  Result<fs::Attr> r = NoThrow([&] { return s.fs->Link(ino, newparent, newname); });
+  perm::RequestCaller who(req);
+  bool cacheable = true;
+  Result<fs::Attr> r = NoThrow([&] {
+    return s.fs->Link(ino, newparent, newname, who.check(), who.check() ? &cacheable : nullptr);
+  });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "link");
     return;

@@ -99,18 +99,19 @@ void OpenServed(fuse_req_t req, fuse_ino_t ino, int flags, const fs::Caller* che
 
 void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   SessionState& s = StateOf(req);
-  bool cacheable;
-  Status may = perm::MayCreate(req, parent, &cacheable);
-  if (!may.ok()) {
-    ReplyStatus(req, may, "create");
-    return;
-  }
-  fs::Caller caller = CallerOf(req);
+  // fs/ checks the caller's permission to add a name to `parent`, and says
+  // whether names in it may be cached (fuse/permissions.h).
+  perm::RequestCaller who(req);
+  bool cacheable = true;
+  bool* everyone_searches = who.check() ? &cacheable : nullptr;
   // O_TMPFILE arrives as a create of kTmpfileName (fuse/tmpfile.h): a file
   // with no name, until a link names it.
   Result<fs::FileSystem::Created> r = NoThrow([&] {
-    return IsTmpfileName(name) ? s.fs->CreateUnnamed(parent, mode, fi->flags, caller)
-                               : s.fs->Create(parent, name, mode, fi->flags, caller);
+    return IsTmpfileName(name)
+               ? s.fs->CreateUnnamed(parent, mode, fi->flags, who.caller(), who.check(),
+                                     everyone_searches)
+               : s.fs->Create(parent, name, mode, fi->flags, who.caller(), who.check(),
+                              everyone_searches);
   });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "create");

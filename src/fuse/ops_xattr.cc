@@ -34,18 +34,16 @@ void ReplySized(fuse_req_t req, const std::string& value, size_t size) {
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
   SessionState& s = StateOf(req);
-  Status may = perm::MayXattr(req, ino, name, /*write=*/true);
-  if (!may.ok()) {
-    ReplyStatus(req, may, "setxattr");
-    return;
-  }
+  // fs/ checks the caller's permission for user.* names (fs/access.h
+  // CheckXattr), the hint's as a set's.
+  perm::RequestCaller who(req);
   if (control::kPrefetchXattr == name) {
-    ReplyStatus(req, NoThrow([&] { return s.fs->Prefetch(ino); }), "setxattr");
+    ReplyStatus(req, NoThrow([&] { return s.fs->Prefetch(ino, who.check()); }), "setxattr");
     return;
   }
-  const fs::Caller caller = CallerOf(req);
   ReplyStatus(req, NoThrow([&] {
-                return s.fs->SetXattr(ino, name, std::string_view(value, size), flags, caller);
+                return s.fs->SetXattr(ino, name, std::string_view(value, size), flags,
+                                      who.caller(), who.check());
               }),
               "setxattr");
 }
@@ -56,13 +54,9 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     return;
   }
   SessionState& s = StateOf(req);
-  Status may = perm::MayXattr(req, ino, name, /*write=*/false);
-  if (!may.ok()) {
-    ReplyStatus(req, may, "getxattr");
-    return;
-  }
-  const fs::Caller caller = CallerOf(req);
-  Result<std::string> r = NoThrow([&] { return s.fs->GetXattr(ino, name, caller); });
+  perm::RequestCaller who(req);
+  Result<std::string> r =
+      NoThrow([&] { return s.fs->GetXattr(ino, name, who.caller(), who.check()); });
   if (!r.ok()) {
     ReplyStatus(req, r.status(), "getxattr");
     return;
@@ -83,13 +77,9 @@ void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   SessionState& s = StateOf(req);
-  Status may = perm::MayXattr(req, ino, name, /*write=*/true);
-  if (!may.ok()) {
-    ReplyStatus(req, may, "removexattr");
-    return;
-  }
-  const fs::Caller caller = CallerOf(req);
-  ReplyStatus(req, NoThrow([&] { return s.fs->RemoveXattr(ino, name, caller); }),
+  perm::RequestCaller who(req);
+  ReplyStatus(req,
+              NoThrow([&] { return s.fs->RemoveXattr(ino, name, who.caller(), who.check()); }),
               "removexattr");
 }
 
