@@ -59,6 +59,21 @@ class NamespaceTest : public ::testing::Test {
     NamespaceWriteLock l(ns_->mu());
     ns_->Record(c);
   }
+  // Records the making of directory 100 ("d" in the root), as MkDir does,
+  // then puts a name in it ("behind" -> 7) into the index alone, behind the
+  // namespace's back: while 100 is complete it resolves as missing, which
+  // shows the index was not read. Returns the making's change.
+  std::unique_ptr<Change> MakeDirectoryWithANameBehind() {
+    auto mk = ChangeOf({{kRootIno, "d", 100}});
+    {
+      NamespaceWriteLock l(ns_->mu());
+      ns_->Record(*mk);
+      ns_->NewDirectory(100);
+    }
+    Commit({{100, "behind", 7}});
+    EXPECT_EQ(Resolve(100, "behind").status().code(), ENOENT);
+    return mk;
+  }
 
   TempDir dir_;
   std::unique_ptr<index::Index> index_;
@@ -113,16 +128,7 @@ TEST_F(NamespaceTest, IndexAnswersAreCachedMissesIncluded) {
 // answers again, so no name that exists is ever missing.
 TEST_F(NamespaceTest, ANewDirectoryAnswersMissingNamesUntilItsCacheLosesOne) {
   ns_ = std::make_unique<Namespace>(*index_, 64 << 10);  // 4 KiB a shard
-  auto mk = ChangeOf({{kRootIno, "d", 100}});
-  {
-    NamespaceWriteLock l(ns_->mu());
-    ns_->Record(*mk);
-    ns_->NewDirectory(100);
-  }
-  // What the index holds under 100 is not trusted while it is complete:
-  // a name put there behind the namespace's back shows which answered.
-  Commit({{100, "behind", 7}});
-  EXPECT_EQ(Resolve(100, "behind").status().code(), ENOENT);
+  MakeDirectoryWithANameBehind();
   std::vector<std::string> names;
   for (int i = 0; i < 300; ++i) names.push_back(std::string(100, 'k') + std::to_string(i));
   std::vector<EntryOp> ops;
@@ -143,14 +149,7 @@ TEST_F(NamespaceTest, ANewDirectoryAnswersMissingNamesUntilItsCacheLosesOne) {
 }
 
 TEST_F(NamespaceTest, AFailedCommitTrustsNoDirectoryToBeComplete) {
-  auto mk = ChangeOf({{kRootIno, "d", 100}});
-  {
-    NamespaceWriteLock l(ns_->mu());
-    ns_->Record(*mk);
-    ns_->NewDirectory(100);
-  }
-  Commit({{100, "behind", 7}});
-  EXPECT_EQ(Resolve(100, "behind").status().code(), ENOENT);
+  auto mk = MakeDirectoryWithANameBehind();
   ns_->Committed(*mk, /*ok=*/false);
   EXPECT_EQ(*Resolve(100, "behind"), 7u);
 }
